@@ -1,0 +1,4 @@
+//! The wire protocol: JSON-RPC 2.0 framing and MCP message types. No I/O.
+
+pub mod jsonrpc;
+pub mod types;

@@ -1,0 +1,327 @@
+//! MCP message types for protocol versions 2025-11-25 and 2025-06-18 (and 2025-03-26 on input).
+//!
+//! Only the shapes the server builds or must read field-by-field are typed; open-ended parts
+//! (schemas, `_meta`, client capability sub-objects) stay `serde_json::Value`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// Protocol versions this server speaks, newest first. The first is offered when the client asks
+/// for one we don't know.
+pub const SUPPORTED_PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
+pub const LATEST_PROTOCOL_VERSION: &str = SUPPORTED_PROTOCOL_VERSIONS[0];
+/// What a Streamable HTTP request without `MCP-Protocol-Version` is taken to speak (spec rule).
+pub const DEFAULT_HTTP_PROTOCOL_VERSION: &str = "2025-03-26";
+
+pub fn is_supported_version(v: &str) -> bool {
+    SUPPORTED_PROTOCOL_VERSIONS.contains(&v)
+}
+
+/// The version answered to an `initialize` that asked for `requested`.
+pub fn negotiate_version(requested: &str) -> &'static str {
+    SUPPORTED_PROTOCOL_VERSIONS.iter().find(|v| **v == requested).copied().unwrap_or(LATEST_PROTOCOL_VERSION)
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Implementation {
+    pub name: String,
+    pub version: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeParams {
+    pub protocol_version: String,
+    #[serde(default)]
+    pub capabilities: ClientCapabilities,
+    pub client_info: Implementation,
+}
+
+/// What the client said it can do. Kept as raw JSON (the record is replicated verbatim) with
+/// typed questions on top.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(transparent)]
+pub struct ClientCapabilities(pub Value);
+
+impl ClientCapabilities {
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.0.get(key).filter(|v| !v.is_null())
+    }
+    /// Form-mode elicitation. An `elicitation: {}` object (2025-06-18 style) means form.
+    pub fn elicitation_form(&self) -> bool {
+        match self.get("elicitation") {
+            Some(Value::Object(m)) => m.is_empty() || m.contains_key("form"),
+            _ => false,
+        }
+    }
+    pub fn elicitation_url(&self) -> bool {
+        self.get("elicitation").and_then(|e| e.get("url")).is_some()
+    }
+    pub fn sampling(&self) -> bool {
+        self.get("sampling").is_some()
+    }
+    pub fn sampling_tools(&self) -> bool {
+        self.get("sampling").and_then(|s| s.get("tools")).is_some()
+    }
+    pub fn roots(&self) -> bool {
+        self.get("roots").is_some()
+    }
+}
+
+/// RFC 5424 levels, as MCP names them, least severe first (so `Ord` compares severity).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    Debug,
+    #[default]
+    Info,
+    Notice,
+    Warning,
+    Error,
+    Critical,
+    Alert,
+    Emergency,
+}
+
+/// One piece of content in a tool result, prompt message or sampling message.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Content {
+    Text {
+        text: String,
+    },
+    Image {
+        data: String,
+        #[serde(rename = "mimeType")]
+        mime_type: String,
+    },
+    Audio {
+        data: String,
+        #[serde(rename = "mimeType")]
+        mime_type: String,
+    },
+    Resource {
+        resource: ResourceContents,
+    },
+    ResourceLink {
+        uri: String,
+        name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        description: Option<String>,
+        #[serde(rename = "mimeType", default, skip_serializing_if = "Option::is_none")]
+        mime_type: Option<String>,
+    },
+}
+
+impl Content {
+    pub fn text(text: impl Into<String>) -> Self {
+        Content::Text { text: text.into() }
+    }
+}
+
+/// The contents of one resource: text or base64 blob.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceContents {
+    pub uri: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blob: Option<String>,
+}
+
+impl ResourceContents {
+    pub fn text(uri: impl Into<String>, mime_type: impl Into<String>, text: impl Into<String>) -> Self {
+        ResourceContents { uri: uri.into(), mime_type: Some(mime_type.into()), text: Some(text.into()), blob: None }
+    }
+    pub fn blob(uri: impl Into<String>, mime_type: impl Into<String>, base64: impl Into<String>) -> Self {
+        ResourceContents { uri: uri.into(), mime_type: Some(mime_type.into()), text: None, blob: Some(base64.into()) }
+    }
+}
+
+/// The result of `tools/call`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct CallToolResult {
+    pub content: Vec<Content>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured_content: Option<Value>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_error: bool,
+}
+
+impl CallToolResult {
+    pub fn text(text: impl Into<String>) -> Self {
+        CallToolResult { content: vec![Content::text(text)], ..Default::default() }
+    }
+    pub fn content(content: Vec<Content>) -> Self {
+        CallToolResult { content, ..Default::default() }
+    }
+    /// A tool-level failure the model should see (not a protocol error).
+    pub fn error(text: impl Into<String>) -> Self {
+        CallToolResult { content: vec![Content::text(text)], structured_content: None, is_error: true }
+    }
+    /// Structured output, with its JSON text as content for clients that predate it.
+    pub fn structured(value: Value) -> Self {
+        CallToolResult { content: vec![Content::text(value.to_string())], structured_content: Some(value), is_error: false }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PromptArgument {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub required: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    User,
+    Assistant,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PromptMessage {
+    pub role: Role,
+    pub content: Content,
+}
+
+impl PromptMessage {
+    pub fn user(content: Content) -> Self {
+        PromptMessage { role: Role::User, content }
+    }
+    pub fn assistant(content: Content) -> Self {
+        PromptMessage { role: Role::Assistant, content }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct GetPromptResult {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    pub messages: Vec<PromptMessage>,
+}
+
+/// The action a user took on an elicitation.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ElicitAction {
+    Accept,
+    Decline,
+    Cancel,
+}
+
+/// The client's answer to `elicitation/create`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ElicitResult {
+    pub action: ElicitAction,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<serde_json::Map<String, Value>>,
+}
+
+/// A message for `sampling/createMessage`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SamplingMessage {
+    pub role: Role,
+    pub content: Value,
+}
+
+impl SamplingMessage {
+    pub fn user_text(text: impl Into<String>) -> Self {
+        SamplingMessage { role: Role::User, content: json!({"type": "text", "text": text.into()}) }
+    }
+}
+
+/// Parameters of `sampling/createMessage`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateMessageParams {
+    pub messages: Vec<SamplingMessage>,
+    pub max_tokens: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_preferences: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<Value>>,
+}
+
+impl CreateMessageParams {
+    pub fn prompt(text: impl Into<String>, max_tokens: u32) -> Self {
+        CreateMessageParams {
+            messages: vec![SamplingMessage::user_text(text)],
+            max_tokens,
+            system_prompt: None,
+            model_preferences: None,
+            temperature: None,
+            tools: None,
+        }
+    }
+}
+
+/// The client's answer to `sampling/createMessage`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateMessageResult {
+    pub role: Role,
+    pub content: Value,
+    #[serde(default)]
+    pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
+}
+
+impl CreateMessageResult {
+    /// The text of the reply, when it is a single text block.
+    pub fn text(&self) -> Option<&str> {
+        self.content.get("text").and_then(Value::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_negotiation_echoes_known_and_offers_latest_otherwise() {
+        assert_eq!(negotiate_version("2025-06-18"), "2025-06-18");
+        assert_eq!(negotiate_version("2025-03-26"), "2025-03-26");
+        assert_eq!(negotiate_version("1999-01-01"), LATEST_PROTOCOL_VERSION);
+    }
+
+    #[test]
+    fn capability_questions() {
+        let caps = ClientCapabilities(json!({"elicitation": {}, "sampling": {"tools": {}}}));
+        assert!(caps.elicitation_form() && !caps.elicitation_url() && caps.sampling() && caps.sampling_tools());
+        let caps = ClientCapabilities(json!({"elicitation": {"url": {}}}));
+        assert!(!caps.elicitation_form() && caps.elicitation_url() && !caps.sampling());
+        assert!(!ClientCapabilities::default().elicitation_form());
+    }
+
+    #[test]
+    fn log_levels_order_by_severity() {
+        assert!(LogLevel::Debug < LogLevel::Info && LogLevel::Error < LogLevel::Emergency);
+        assert_eq!(serde_json::to_value(LogLevel::Warning).unwrap(), json!("warning"));
+    }
+
+    #[test]
+    fn content_serializes_with_type_tags() {
+        let v = serde_json::to_value(Content::Image { data: "AA==".into(), mime_type: "image/png".into() }).unwrap();
+        assert_eq!(v, json!({"type": "image", "data": "AA==", "mimeType": "image/png"}));
+        let v = serde_json::to_value(CallToolResult::error("boom")).unwrap();
+        assert_eq!(v["isError"], json!(true));
+        assert!(serde_json::to_value(CallToolResult::text("ok")).unwrap().get("isError").is_none());
+    }
+}

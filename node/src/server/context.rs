@@ -1,0 +1,281 @@
+//! The context a handler runs with: progress, logging, cancellation, and server-to-client
+//! requests (`elicit`, `sample`) correlated through the mailbox.
+//!
+//! Handlers never see how the answer arrives (same node, another node through Raft, or a future
+//! multi-round-trip transport); they await a typed result.
+
+use super::Server;
+use super::correlation;
+use super::registry::validation_errors;
+use crate::mailbox::{MailboxError, MailboxKey, WaitOutcome};
+use crate::protocol::jsonrpc::{ErrorObject, Message, RequestId};
+use crate::protocol::types::{CreateMessageParams, CreateMessageResult, ElicitAction, ElicitResult, LogLevel};
+use crate::session::SessionRecord;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// Something the server sends towards the client while handling one request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outgoing {
+    Message(Message),
+    /// End the current HTTP response now and let the client resume with `Last-Event-ID`
+    /// (SSE polling). Transports without streams ignore it.
+    Disconnect,
+}
+
+/// Where a request's (or a session's) outgoing messages go.
+pub type Outbound = mpsc::UnboundedSender<Outgoing>;
+
+/// Which kind of server-to-client request; each has its own timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestKind {
+    Elicitation,
+    Sampling,
+}
+
+impl RequestKind {
+    pub fn label(self) -> &'static str {
+        match self {
+            RequestKind::Elicitation => "elicitation",
+            RequestKind::Sampling => "sampling",
+        }
+    }
+}
+
+impl std::fmt::Display for RequestKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// Why a server-to-client request did not produce a usable answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientRequestError {
+    #[error("the client did not declare the {0} capability")]
+    CapabilityMissing(&'static str),
+    #[error("{kind} request timed out after {after:?} without an answer")]
+    Timeout { kind: RequestKind, after: Duration },
+    #[error("the client answered the {kind} request with error {}: {}", .error.code, .error.message)]
+    ClientError { kind: RequestKind, error: ErrorObject },
+    #[error("the client's answer is malformed: {0}")]
+    MalformedAnswer(String),
+    #[error("accepted elicitation content does not match the requested schema: {0}")]
+    InvalidContent(String),
+    #[error("the requested elicitation schema is not a flat object of primitive fields: {0}")]
+    InvalidSchema(String),
+    #[error("the request was cancelled")]
+    Cancelled,
+    #[error("the client's stream is closed")]
+    ClientGone,
+    #[error(transparent)]
+    Mailbox(#[from] MailboxError),
+}
+
+/// Extra time a mailbox outlives its waiter's timeout, so the owner's own expiry (with its
+/// `notifications/cancelled`) always comes first.
+pub const MAILBOX_GRACE: Duration = Duration::from_secs(5);
+
+#[derive(Clone)]
+pub struct RequestContext {
+    pub(crate) server: Server,
+    pub(crate) session: Arc<SessionRecord>,
+    pub(crate) request_id: RequestId,
+    pub(crate) progress_token: Option<Value>,
+    pub(crate) out: Outbound,
+    pub(crate) cancel: CancellationToken,
+}
+
+impl RequestContext {
+    pub fn session(&self) -> &SessionRecord {
+        &self.session
+    }
+    pub fn request_id(&self) -> &RequestId {
+        &self.request_id
+    }
+    /// The `_meta.progressToken` of the request, if the client asked for progress.
+    pub fn progress_token(&self) -> Option<&Value> {
+        self.progress_token.as_ref()
+    }
+    /// Resolves when the client cancels this request.
+    pub async fn cancelled(&self) {
+        self.cancel.cancelled().await
+    }
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    fn send(&self, msg: Message) -> Result<(), ClientRequestError> {
+        self.out.send(Outgoing::Message(msg)).map_err(|_| ClientRequestError::ClientGone)
+    }
+
+    /// Send `notifications/progress` if the client asked for progress on this request.
+    pub fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        let Some(token) = &self.progress_token else { return };
+        let mut params = json!({"progressToken": token, "progress": progress});
+        if let Some(total) = total {
+            params["total"] = json!(total);
+        }
+        if let Some(message) = message {
+            params["message"] = json!(message);
+        }
+        let _ = self.send(Message::notification("notifications/progress", params));
+    }
+
+    /// Send `notifications/message` if `level` is at or above the session's level.
+    pub fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
+        if level < self.server.log_level(&self.session) {
+            return;
+        }
+        let mut params = json!({"level": level, "data": data});
+        if let Some(logger) = logger {
+            params["logger"] = json!(logger);
+        }
+        let _ = self.send(Message::notification("notifications/message", params));
+    }
+
+    /// End the HTTP response carrying this request's stream; the client reconnects with
+    /// `Last-Event-ID` and receives what followed (SSE polling, SEP-1699).
+    pub fn close_sse_stream(&self) {
+        let _ = self.out.send(Outgoing::Disconnect);
+    }
+
+    /// Ask the user to fill a form (`elicitation/create`, form mode). `requested_schema` must be a
+    /// flat object of primitive fields. Accepted content is validated against it.
+    pub async fn elicit(&self, message: impl Into<String>, requested_schema: Value) -> Result<ElicitResult, ClientRequestError> {
+        if !self.session.capabilities.elicitation_form() {
+            return Err(ClientRequestError::CapabilityMissing("elicitation"));
+        }
+        check_flat_schema(&requested_schema)?;
+        let validator = jsonschema::validator_for(&requested_schema).map_err(|e| ClientRequestError::InvalidSchema(e.to_string()))?;
+        let mut params = json!({"message": message.into(), "requestedSchema": requested_schema});
+        if self.session.protocol_version.as_str() >= "2025-11-25" {
+            params["mode"] = json!("form");
+        }
+        let answer = self.request(RequestKind::Elicitation, "elicitation/create", params).await?;
+        let result: ElicitResult = serde_json::from_value(answer).map_err(|e| ClientRequestError::MalformedAnswer(e.to_string()))?;
+        if result.action == ElicitAction::Accept {
+            let content = Value::Object(result.content.clone().unwrap_or_default());
+            if let Some(errors) = validation_errors(&validator, &content) {
+                return Err(ClientRequestError::InvalidContent(errors));
+            }
+        }
+        Ok(result)
+    }
+
+    /// Send the user to a URL (`elicitation/create`, URL mode, 2025-11-25).
+    pub async fn elicit_url(&self, message: impl Into<String>, url: &str, elicitation_id: &str) -> Result<ElicitResult, ClientRequestError> {
+        if !self.session.capabilities.elicitation_url() {
+            return Err(ClientRequestError::CapabilityMissing("elicitation.url"));
+        }
+        let params = json!({"mode": "url", "message": message.into(), "url": url, "elicitationId": elicitation_id});
+        let answer = self.request(RequestKind::Elicitation, "elicitation/create", params).await?;
+        serde_json::from_value(answer).map_err(|e| ClientRequestError::MalformedAnswer(e.to_string()))
+    }
+
+    /// Ask the client's LLM for a completion (`sampling/createMessage`).
+    pub async fn sample(&self, params: CreateMessageParams) -> Result<CreateMessageResult, ClientRequestError> {
+        if !self.session.capabilities.sampling() {
+            return Err(ClientRequestError::CapabilityMissing("sampling"));
+        }
+        if params.tools.is_some() && !self.session.capabilities.sampling_tools() {
+            return Err(ClientRequestError::CapabilityMissing("sampling.tools"));
+        }
+        let params = serde_json::to_value(params).expect("params serialize");
+        let answer = self.request(RequestKind::Sampling, "sampling/createMessage", params).await?;
+        serde_json::from_value(answer).map_err(|e| ClientRequestError::MalformedAnswer(e.to_string()))
+    }
+
+    /// Create the mailbox, then send the request, then park. Returns the `result` member.
+    async fn request(&self, kind: RequestKind, method: &str, params: Value) -> Result<Value, ClientRequestError> {
+        let server = &self.server;
+        let timeout = server.timeout(kind);
+        let key = MailboxKey::random();
+        server.mailbox().create(&key, server.node_id(), timeout + MAILBOX_GRACE).await?;
+        let id = correlation::request_id(&key);
+        tracing::debug!(%key, %kind, session = %self.session.id, "server-to-client request sent");
+        if let Err(e) = self.send(Message::request(id.clone(), method, params)) {
+            server.mailbox().delete(&key).await?;
+            return Err(e);
+        }
+        let started = Instant::now();
+        let outcome = tokio::select! {
+            outcome = server.mailbox().wait(&key, timeout) => outcome?,
+            _ = self.cancel.cancelled() => {
+                server.mailbox().delete(&key).await?;
+                return Err(ClientRequestError::Cancelled);
+            }
+        };
+        server.metrics().observe_wait(kind, started.elapsed());
+        match outcome {
+            WaitOutcome::Delivered(answer) => {
+                server.metrics().outcome(kind, "delivered");
+                match Message::from_delivered(answer) {
+                    Some(Message::Response { result, .. }) => Ok(result),
+                    Some(Message::Error { error, .. }) => {
+                        server.metrics().outcome(kind, "client_error");
+                        Err(ClientRequestError::ClientError { kind, error })
+                    }
+                    _ => Err(ClientRequestError::MalformedAnswer("not a JSON-RPC response".into())),
+                }
+            }
+            WaitOutcome::TimedOut | WaitOutcome::Expired => {
+                server.metrics().outcome(kind, "timeout");
+                let reason = format!("{kind} timed out after {timeout:?}");
+                let _ = self.send(Message::notification("notifications/cancelled", json!({"requestId": id, "reason": reason})));
+                server.mailbox().delete(&key).await?;
+                Err(ClientRequestError::Timeout { kind, after: timeout })
+            }
+            WaitOutcome::Deleted | WaitOutcome::NotFound => Err(ClientRequestError::Cancelled),
+        }
+    }
+}
+
+impl Message {
+    /// Read back a response that went through the mailbox as JSON.
+    fn from_delivered(value: Value) -> Option<Message> {
+        crate::protocol::jsonrpc::message_from_value(value).ok()
+    }
+}
+
+/// The spec restricts form elicitation to a flat object whose properties are primitives
+/// (string, number, integer, boolean; enums as string or arrays of string enums).
+fn check_flat_schema(schema: &Value) -> Result<(), ClientRequestError> {
+    let bad = |why: String| Err(ClientRequestError::InvalidSchema(why));
+    if schema.get("type") != Some(&json!("object")) {
+        return bad("type must be \"object\"".into());
+    }
+    let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+        return bad("properties must be an object".into());
+    };
+    for (name, prop) in props {
+        match prop.get("type").and_then(Value::as_str) {
+            Some("string" | "number" | "integer" | "boolean") => {}
+            Some("array") if prop.pointer("/items/type") == Some(&json!("string")) || prop.pointer("/items/anyOf").is_some() => {}
+            Some(other) => return bad(format!("property {name} has type {other}")),
+            None if prop.get("oneOf").is_some() || prop.get("anyOf").is_some() => {}
+            None => return bad(format!("property {name} has no type")),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flat_schema_rules() {
+        let ok = json!({"type": "object", "properties": {
+            "name": {"type": "string"}, "age": {"type": "integer", "minimum": 0},
+            "ok": {"type": "boolean"}, "colors": {"type": "array", "items": {"type": "string", "enum": ["r", "g"]}}
+        }});
+        assert!(check_flat_schema(&ok).is_ok());
+        let nested = json!({"type": "object", "properties": {"addr": {"type": "object", "properties": {}}}});
+        assert!(matches!(check_flat_schema(&nested), Err(ClientRequestError::InvalidSchema(_))));
+        assert!(check_flat_schema(&json!({"type": "string"})).is_err());
+        assert!(check_flat_schema(&json!({"type": "object"})).is_err());
+    }
+}

@@ -1,0 +1,488 @@
+//! The MCP server proper: what it offers (the registry), how it answers each method, and the
+//! node-local state of sessions (running requests, subscriptions, the standalone stream).
+//!
+//! Transports hand it parsed messages and an [`Outbound`] per request; it never touches HTTP.
+
+mod context;
+pub mod correlation;
+mod registry;
+
+pub use context::{ClientRequestError, MAILBOX_GRACE, Outbound, Outgoing, RequestContext, RequestKind};
+pub use registry::{
+    Completer, HandlerResult, PromptDef, ResourceDef, ResourceMeta, SchemaError, ToolDef, ToolError, match_template,
+    paginate, schema_for,
+};
+
+use crate::mailbox::{DeliverOutcome, Mailbox};
+use crate::metrics::Metrics;
+use crate::protocol::jsonrpc::{ErrorObject, Message, RESOURCE_NOT_FOUND, RequestId};
+use crate::protocol::types::{
+    CallToolResult, Implementation, InitializeParams, LATEST_PROTOCOL_VERSION, LogLevel, negotiate_version,
+};
+use crate::session::{SessionError, SessionId, SessionRecord, SessionStore};
+use serde_json::{Map, Value, json};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Settings that shape behaviour rather than content.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub node_id: u64,
+    pub elicitation_timeout: Duration,
+    pub sampling_timeout: Duration,
+    /// Items per page of `*/list` results.
+    pub page_size: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            node_id: 0,
+            elicitation_timeout: Duration::from_secs(300),
+            sampling_timeout: Duration::from_secs(600),
+            page_size: 100,
+        }
+    }
+}
+
+/// State of one session that only this node has.
+#[derive(Default)]
+struct LocalSession {
+    running: Mutex<HashMap<RequestId, CancellationToken>>,
+    subscriptions: Mutex<HashSet<String>>,
+    /// The standalone stream (HTTP GET, or stdout for stdio), when one is attached.
+    notifier: Mutex<Option<Outbound>>,
+    /// Log level set on this node, ahead of the store's copy.
+    log_level: Mutex<Option<LogLevel>>,
+}
+
+#[derive(Default)]
+struct Registry {
+    tools: Vec<ToolDef>,
+    prompts: Vec<PromptDef>,
+    resources: Vec<ResourceDef>,
+}
+
+struct Inner {
+    info: Implementation,
+    instructions: Option<String>,
+    config: ServerConfig,
+    registry: RwLock<Registry>,
+    mailbox: Arc<dyn Mailbox>,
+    sessions: Arc<dyn SessionStore>,
+    local: Mutex<HashMap<SessionId, Arc<LocalSession>>>,
+    metrics: Arc<Metrics>,
+}
+
+/// A cheaply clonable handle on the server.
+#[derive(Clone)]
+pub struct Server {
+    inner: Arc<Inner>,
+}
+
+/// Builds a [`Server`]: identity, offerings, and the stores it correlates through.
+pub struct ServerBuilder {
+    info: Implementation,
+    instructions: Option<String>,
+    config: ServerConfig,
+    registry: Registry,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl ServerBuilder {
+    pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
+        ServerBuilder {
+            info: Implementation { name: name.into(), version: version.into(), title: None },
+            instructions: None,
+            config: ServerConfig::default(),
+            registry: Registry::default(),
+            metrics: None,
+        }
+    }
+    pub fn instructions(mut self, text: impl Into<String>) -> Self {
+        self.instructions = Some(text.into());
+        self
+    }
+    pub fn config(mut self, config: ServerConfig) -> Self {
+        self.config = config;
+        self
+    }
+    pub fn metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+    pub fn tool(mut self, tool: ToolDef) -> Self {
+        self.registry.tools.push(tool);
+        self
+    }
+    pub fn prompt(mut self, prompt: PromptDef) -> Self {
+        self.registry.prompts.push(prompt);
+        self
+    }
+    pub fn resource(mut self, resource: ResourceDef) -> Self {
+        self.registry.resources.push(resource);
+        self
+    }
+    pub fn build(self, mailbox: Arc<dyn Mailbox>, sessions: Arc<dyn SessionStore>) -> Server {
+        Server {
+            inner: Arc::new(Inner {
+                info: self.info,
+                instructions: self.instructions,
+                config: self.config,
+                registry: RwLock::new(self.registry),
+                mailbox,
+                sessions,
+                local: Mutex::default(),
+                metrics: self.metrics.unwrap_or_default(),
+            }),
+        }
+    }
+}
+
+/// Why a message could not be handled at the session level (mapped to HTTP statuses by the
+/// transport).
+#[derive(Debug, thiserror::Error)]
+pub enum SessionLookupError {
+    #[error("unknown or terminated session")]
+    NotFound,
+    #[error(transparent)]
+    Store(#[from] SessionError),
+}
+
+impl Server {
+    pub fn node_id(&self) -> u64 {
+        self.inner.config.node_id
+    }
+    pub fn config(&self) -> &ServerConfig {
+        &self.inner.config
+    }
+    pub fn mailbox(&self) -> &Arc<dyn Mailbox> {
+        &self.inner.mailbox
+    }
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.inner.metrics
+    }
+    pub(crate) fn timeout(&self, kind: RequestKind) -> Duration {
+        match kind {
+            RequestKind::Elicitation => self.inner.config.elicitation_timeout,
+            RequestKind::Sampling => self.inner.config.sampling_timeout,
+        }
+    }
+
+    fn local(&self, id: &SessionId) -> Arc<LocalSession> {
+        let mut local = self.inner.local.lock().unwrap();
+        let entry = local.entry(id.clone()).or_default().clone();
+        self.inner.metrics.set_local_sessions(local.len());
+        entry
+    }
+
+    pub(crate) fn log_level(&self, session: &SessionRecord) -> LogLevel {
+        self.local(&session.id).log_level.lock().unwrap().unwrap_or(session.log_level)
+    }
+
+    /// Answer `initialize`: negotiate the version, store the session, return its record and result.
+    pub async fn initialize(&self, params: Option<Value>) -> Result<(SessionRecord, Value), ErrorObject> {
+        let params: InitializeParams = serde_json::from_value(params.unwrap_or(Value::Null))
+            .map_err(|e| ErrorObject::invalid_params(format!("invalid initialize params: {e}")))?;
+        let version = negotiate_version(&params.protocol_version);
+        let record = SessionRecord {
+            id: SessionId::random(),
+            protocol_version: version.to_string(),
+            client_info: params.client_info,
+            capabilities: params.capabilities,
+            log_level: LogLevel::Info,
+        };
+        self.inner.sessions.create(record.clone()).await.map_err(|e| ErrorObject::internal(e.to_string()))?;
+        let mut result = json!({
+            "protocolVersion": version,
+            "capabilities": {
+                "tools": {"listChanged": true},
+                "prompts": {"listChanged": true},
+                "resources": {"subscribe": true, "listChanged": true},
+                "logging": {},
+                "completions": {},
+            },
+            "serverInfo": self.inner.info,
+        });
+        if let Some(text) = &self.inner.instructions {
+            result["instructions"] = json!(text);
+        }
+        tracing::info!(session = %record.id, client = %record.client_info.name, %version, "session initialized");
+        Ok((record, result))
+    }
+
+    pub async fn session(&self, id: &SessionId) -> Result<SessionRecord, SessionLookupError> {
+        self.inner.sessions.get(id).await?.ok_or(SessionLookupError::NotFound)
+    }
+
+    /// End a session everywhere: cancel its running requests here and remove its record.
+    pub async fn terminate(&self, id: &SessionId) -> Result<bool, SessionError> {
+        if let Some(local) = self.inner.local.lock().unwrap().remove(id) {
+            for token in local.running.lock().unwrap().values() {
+                token.cancel();
+            }
+        }
+        self.inner.sessions.delete(id).await
+    }
+
+    /// Attach the standalone stream of a session; notifications not tied to a request go there.
+    pub fn attach_notifier(&self, id: &SessionId, out: Outbound) {
+        *self.local(id).notifier.lock().unwrap() = Some(out);
+    }
+
+    /// Start handling a request. Related messages and finally the response go to `out`; a
+    /// cancelled request sends no response, and `out` is dropped either way.
+    pub fn spawn_request(&self, session: SessionRecord, id: RequestId, method: String, params: Option<Value>, out: Outbound) {
+        let server = self.clone();
+        let local = self.local(&session.id);
+        let cancel = CancellationToken::new();
+        local.running.lock().unwrap().insert(id.clone(), cancel.clone());
+        let progress_token = params.as_ref().and_then(|p| p.pointer("/_meta/progressToken")).cloned();
+        let ctx = RequestContext {
+            server: self.clone(),
+            session: Arc::new(session),
+            request_id: id.clone(),
+            progress_token,
+            out: out.clone(),
+            cancel: cancel.clone(),
+        };
+        tokio::spawn(async move {
+            let response = tokio::select! {
+                r = server.dispatch(ctx, &method, params.unwrap_or_else(|| json!({}))) => Some(r),
+                _ = cancel.cancelled() => None,
+            };
+            local.running.lock().unwrap().remove(&id);
+            match response {
+                Some(Ok(result)) => drop(out.send(Outgoing::Message(Message::response(id, result)))),
+                Some(Err(error)) => drop(out.send(Outgoing::Message(Message::error(Some(id), error)))),
+                None => tracing::debug!(request = %id, "request cancelled by the client"),
+            }
+        });
+    }
+
+    /// Handle a notification from the client.
+    pub fn handle_notification(&self, session: &SessionRecord, method: &str, params: Option<Value>) {
+        if method == "notifications/cancelled" {
+            let Some(id) = params.and_then(|p| p.get("requestId").cloned()).and_then(|v| serde_json::from_value::<RequestId>(v).ok())
+            else {
+                return;
+            };
+            if let Some(token) = self.local(&session.id).running.lock().unwrap().get(&id) {
+                token.cancel();
+            }
+        }
+    }
+
+    /// Deliver the client's answer to a server-to-client request. Answers that are not ours, or
+    /// are late or duplicate, are dropped and counted; the client is never told.
+    pub async fn handle_client_response(&self, session: &SessionRecord, message: Message) {
+        let id = match &message {
+            Message::Response { id, .. } | Message::Error { id: Some(id), .. } => id.clone(),
+            _ => return self.inner.metrics.orphan("no_id"),
+        };
+        let key = match correlation::mailbox_key(&id) {
+            Ok(key) => key,
+            Err(reason) => return self.inner.metrics.orphan(reason),
+        };
+        match self.inner.mailbox.deliver(&key, message.to_value()).await {
+            Ok(DeliverOutcome::Delivered) => tracing::debug!(%key, session = %session.id, "client answer delivered"),
+            Ok(outcome) => {
+                tracing::info!(%key, session = %session.id, outcome = outcome.label(), "client answer dropped");
+                self.inner.metrics.orphan(outcome.label());
+            }
+            Err(e) => {
+                tracing::warn!(%key, error = %e, "client answer could not be delivered");
+                self.inner.metrics.orphan("unavailable");
+            }
+        }
+    }
+
+    async fn dispatch(&self, ctx: RequestContext, method: &str, params: Value) -> Result<Value, ErrorObject> {
+        let cursor = params.get("cursor").and_then(Value::as_str).map(str::to_owned);
+        let page_size = self.inner.config.page_size;
+        match method {
+            "ping" => Ok(json!({})),
+            "initialize" => Err(ErrorObject::new(
+                crate::protocol::jsonrpc::INVALID_REQUEST,
+                "the session is already initialized",
+            )),
+            "tools/list" => {
+                let defs: Vec<Value> = self.inner.registry.read().unwrap().tools.iter().map(ToolDef::definition).collect();
+                let (page, next) = paginate(&defs, cursor.as_deref(), page_size)?;
+                Ok(with_cursor(json!({"tools": page}), next))
+            }
+            "tools/call" => self.call_tool(ctx, params).await,
+            "prompts/list" => {
+                let defs: Vec<Value> = self.inner.registry.read().unwrap().prompts.iter().map(PromptDef::definition).collect();
+                let (page, next) = paginate(&defs, cursor.as_deref(), page_size)?;
+                Ok(with_cursor(json!({"prompts": page}), next))
+            }
+            "prompts/get" => {
+                let name = required_str(&params, "name")?;
+                let prompt = self.inner.registry.read().unwrap().prompts.iter().find(|p| p.name == name).cloned();
+                let prompt = prompt.ok_or_else(|| ErrorObject::invalid_params(format!("unknown prompt: {name}")))?;
+                let args = params.get("arguments").and_then(Value::as_object).cloned().unwrap_or_default();
+                let result = prompt.get(ctx, args).await.map_err(handler_error)?;
+                Ok(serde_json::to_value(result).expect("results serialize"))
+            }
+            "resources/list" | "resources/templates/list" => {
+                let templates = method == "resources/templates/list";
+                let defs: Vec<Value> = self
+                    .inner
+                    .registry
+                    .read()
+                    .unwrap()
+                    .resources
+                    .iter()
+                    .filter(|r| r.is_template == templates)
+                    .map(ResourceDef::definition)
+                    .collect();
+                let (page, next) = paginate(&defs, cursor.as_deref(), page_size)?;
+                let key = if templates { "resourceTemplates" } else { "resources" };
+                Ok(with_cursor(json!({ key: page }), next))
+            }
+            "resources/read" => {
+                let uri = required_str(&params, "uri")?.to_string();
+                let found = self.inner.registry.read().unwrap().resources.iter().find_map(|r| r.matches(&uri).map(|v| (r.clone(), v)));
+                let Some((resource, vars)) = found else {
+                    return Err(ErrorObject::new(RESOURCE_NOT_FOUND, format!("resource not found: {uri}")).with_data(json!({"uri": uri})));
+                };
+                let contents = resource.read(ctx, uri, vars).await.map_err(handler_error)?;
+                Ok(json!({"contents": contents}))
+            }
+            "resources/subscribe" | "resources/unsubscribe" => {
+                let uri = required_str(&params, "uri")?.to_string();
+                let local = self.local(&ctx.session.id);
+                let mut subs = local.subscriptions.lock().unwrap();
+                if method == "resources/subscribe" {
+                    subs.insert(uri);
+                } else {
+                    subs.remove(&uri);
+                }
+                Ok(json!({}))
+            }
+            "completion/complete" => self.complete(&params),
+            "logging/setLevel" => {
+                let level: LogLevel = serde_json::from_value(params.get("level").cloned().unwrap_or(Value::Null))
+                    .map_err(|e| ErrorObject::invalid_params(format!("invalid level: {e}")))?;
+                *self.local(&ctx.session.id).log_level.lock().unwrap() = Some(level);
+                self.inner.sessions.set_log_level(&ctx.session.id, level).await.map_err(|e| ErrorObject::internal(e.to_string()))?;
+                Ok(json!({}))
+            }
+            other => Err(ErrorObject::method_not_found(other)),
+        }
+    }
+
+    async fn call_tool(&self, ctx: RequestContext, params: Value) -> Result<Value, ErrorObject> {
+        let name = required_str(&params, "name")?;
+        let tool = self.inner.registry.read().unwrap().tools.iter().find(|t| t.name == name).cloned();
+        let tool = tool.ok_or_else(|| ErrorObject::invalid_params(format!("Unknown tool: {name}")))?;
+        let arguments = match params.get("arguments") {
+            None | Some(Value::Null) => json!({}),
+            Some(args @ Value::Object(_)) => args.clone(),
+            Some(_) => return Err(ErrorObject::invalid_params("arguments must be an object")),
+        };
+        let result = match tool.call(ctx, arguments).await {
+            Ok(result) => result,
+            Err(ToolError { rpc: Some(error), .. }) => return Err(error),
+            Err(e) => CallToolResult::error(e.message),
+        };
+        Ok(serde_json::to_value(result).expect("results serialize"))
+    }
+
+    fn complete(&self, params: &Value) -> Result<Value, ErrorObject> {
+        let reference = params.get("ref").ok_or_else(|| ErrorObject::invalid_params("missing ref"))?;
+        let arg_name = params.pointer("/argument/name").and_then(Value::as_str).ok_or_else(|| ErrorObject::invalid_params("missing argument.name"))?;
+        let prefix = params.pointer("/argument/value").and_then(Value::as_str).unwrap_or("");
+        let context = params.pointer("/context/arguments").and_then(Value::as_object).cloned().unwrap_or_default();
+        let registry = self.inner.registry.read().unwrap();
+        let completer = match reference.get("type").and_then(Value::as_str) {
+            Some("ref/prompt") => {
+                let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
+                let prompt = registry.prompts.iter().find(|p| p.name == name);
+                prompt.ok_or_else(|| ErrorObject::invalid_params(format!("unknown prompt: {name}")))?.completer.clone()
+            }
+            Some("ref/resource") => {
+                let uri = reference.get("uri").and_then(Value::as_str).unwrap_or("");
+                let resource = registry.resources.iter().find(|r| r.uri == uri);
+                resource.ok_or_else(|| ErrorObject::invalid_params(format!("unknown resource: {uri}")))?.completer.clone()
+            }
+            _ => return Err(ErrorObject::invalid_params("ref.type must be ref/prompt or ref/resource")),
+        };
+        let mut values = completer.map(|c| c(arg_name, prefix, &context)).unwrap_or_default();
+        let total = values.len();
+        values.truncate(100);
+        Ok(json!({"completion": {"values": values, "total": total, "hasMore": total > 100}}))
+    }
+
+    /// Tell subscribed sessions that a resource changed (`notifications/resources/updated`).
+    pub fn notify_resource_updated(&self, uri: &str) {
+        let local: Vec<Arc<LocalSession>> = self.inner.local.lock().unwrap().values().cloned().collect();
+        for session in local.iter().filter(|s| s.subscriptions.lock().unwrap().contains(uri)) {
+            notify(session, Message::notification("notifications/resources/updated", json!({"uri": uri})));
+        }
+    }
+
+    fn notify_all(&self, method: &str) {
+        let local: Vec<Arc<LocalSession>> = self.inner.local.lock().unwrap().values().cloned().collect();
+        for session in &local {
+            notify(session, Message::notification(method, json!({})));
+        }
+    }
+
+    /// Add or replace a tool at run time; sessions hear `notifications/tools/list_changed`.
+    pub fn upsert_tool(&self, tool: ToolDef) {
+        {
+            let mut registry = self.inner.registry.write().unwrap();
+            registry.tools.retain(|t| t.name != tool.name);
+            registry.tools.push(tool);
+        }
+        self.notify_all("notifications/tools/list_changed");
+    }
+
+    /// Remove a tool at run time; `true` when it existed.
+    pub fn remove_tool(&self, name: &str) -> bool {
+        let removed = {
+            let mut registry = self.inner.registry.write().unwrap();
+            let before = registry.tools.len();
+            registry.tools.retain(|t| t.name != name);
+            registry.tools.len() != before
+        };
+        if removed {
+            self.notify_all("notifications/tools/list_changed");
+        }
+        removed
+    }
+
+    pub fn latest_protocol_version(&self) -> &'static str {
+        LATEST_PROTOCOL_VERSION
+    }
+}
+
+fn notify(session: &LocalSession, message: Message) {
+    if let Some(out) = session.notifier.lock().unwrap().as_ref() {
+        let _ = out.send(Outgoing::Message(message));
+    }
+}
+
+fn with_cursor(mut result: Value, next: Option<String>) -> Value {
+    if let Some(next) = next {
+        result["nextCursor"] = json!(next);
+    }
+    result
+}
+
+fn required_str<'a>(params: &'a Value, key: &str) -> Result<&'a str, ErrorObject> {
+    params.get(key).and_then(Value::as_str).ok_or_else(|| ErrorObject::invalid_params(format!("missing string parameter {key}")))
+}
+
+fn handler_error(e: ToolError) -> ErrorObject {
+    e.rpc.unwrap_or_else(|| ErrorObject::internal(e.message))
+}
+
+/// Arguments map helper for prompt handlers.
+pub fn arg_str<'a>(args: &'a Map<String, Value>, key: &str) -> &'a str {
+    args.get(key).and_then(Value::as_str).unwrap_or("")
+}

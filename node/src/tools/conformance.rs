@@ -1,0 +1,221 @@
+//! The tools, prompts and resources `@modelcontextprotocol/conformance` exercises in server mode.
+//! Names, schemas and texts follow the suite's scenario sources.
+
+use crate::protocol::types::{CallToolResult, Content, CreateMessageParams, GetPromptResult, LogLevel, PromptMessage, ResourceContents};
+use crate::server::{HandlerResult, PromptDef, RequestContext, ResourceDef, ServerBuilder, ToolDef, arg_str};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// A 1x1 red PNG.
+pub const PNG_BASE64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
+/// A minimal WAV file.
+pub const WAV_BASE64: &str = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA=";
+
+fn no_args() -> Value {
+    json!({"type": "object", "properties": {}})
+}
+
+fn image() -> Content {
+    Content::Image { data: PNG_BASE64.into(), mime_type: "image/png".into() }
+}
+
+/// A tool from a literal schema (the suite checks some schemas verbatim).
+fn tool<F, Fut>(name: &str, description: &str, schema: Value, handler: F) -> ToolDef
+where
+    F: Fn(RequestContext, Value) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = HandlerResult<CallToolResult>> + Send + 'static,
+{
+    ToolDef::new(name, schema, handler).expect("conformance schemas are valid").description(description)
+}
+
+fn elicitation_summary(result: &crate::protocol::types::ElicitResult, prefix: &str) -> CallToolResult {
+    let content = result.content.clone().map(Value::Object).unwrap_or(Value::Null);
+    let action = serde_json::to_value(result.action).expect("actions serialize");
+    CallToolResult::text(format!("{prefix}: action={}, content={content}", action.as_str().unwrap_or_default()))
+}
+
+pub fn register(builder: ServerBuilder) -> ServerBuilder {
+    let builder = builder
+        .tool(tool("test_simple_text", "Tests simple text content response", no_args(), |_, _| async {
+            Ok(CallToolResult::text("This is a simple text response for testing."))
+        }))
+        .tool(tool("test_image_content", "Tests image content response", no_args(), |_, _| async {
+            Ok(CallToolResult::content(vec![image()]))
+        }))
+        .tool(tool("test_audio_content", "Tests audio content response", no_args(), |_, _| async {
+            Ok(CallToolResult::content(vec![Content::Audio { data: WAV_BASE64.into(), mime_type: "audio/wav".into() }]))
+        }))
+        .tool(tool("test_embedded_resource", "Tests embedded resource content response", no_args(), |_, _| async {
+            let resource = ResourceContents::text("test://embedded-resource", "text/plain", "This is an embedded resource content.");
+            Ok(CallToolResult::content(vec![Content::Resource { resource }]))
+        }))
+        .tool(tool(
+            "test_multiple_content_types",
+            "Tests response with multiple content types (text, image, resource)",
+            no_args(),
+            |_, _| async {
+                let resource = ResourceContents::text("test://mixed-content-resource", "application/json", r#"{"test":"data","value":123}"#);
+                Ok(CallToolResult::content(vec![Content::text("Multiple content types test:"), image(), Content::Resource { resource }]))
+            },
+        ))
+        .tool(tool("test_tool_with_logging", "Tests tool that emits log messages during execution", no_args(), |ctx, _| async move {
+            for (i, text) in ["Tool execution started", "Tool processing data", "Tool execution completed"].into_iter().enumerate() {
+                if i > 0 {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                ctx.log(LogLevel::Info, None, json!(text));
+            }
+            Ok(CallToolResult::text("Tool with logging executed successfully"))
+        }))
+        .tool(tool("test_tool_with_progress", "Tests tool that reports progress notifications", no_args(), |ctx, _| async move {
+            for (i, step) in [0.0, 50.0, 100.0].into_iter().enumerate() {
+                if i > 0 {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                ctx.progress(step, Some(100.0), Some(&format!("Completed step {step} of 100")));
+            }
+            let token = ctx.progress_token().cloned().map(|t| t.as_str().map(str::to_owned).unwrap_or_else(|| t.to_string()));
+            Ok(CallToolResult::text(token.unwrap_or_else(|| "no progress token".into())))
+        }))
+        .tool(tool("test_error_handling", "Tests error response handling", no_args(), |_, _| async {
+            Ok(CallToolResult::error("This tool intentionally returns an error for testing"))
+        }))
+        .tool(tool(
+            "test_sampling",
+            "Tests server-initiated sampling (LLM completion request)",
+            json!({"type": "object", "properties": {"prompt": {"type": "string", "description": "The prompt to send to the LLM"}}, "required": ["prompt"]}),
+            |ctx, args| async move {
+                let reply = ctx.sample(CreateMessageParams::prompt(args["prompt"].as_str().unwrap_or_default(), 100)).await?;
+                Ok(CallToolResult::text(format!("LLM response: {}", reply.text().unwrap_or_default())))
+            },
+        ))
+        .tool(tool(
+            "test_elicitation",
+            "Tests server-initiated elicitation (user input request)",
+            json!({"type": "object", "properties": {"message": {"type": "string", "description": "The message to show the user"}}, "required": ["message"]}),
+            |ctx, args| async move {
+                let schema = json!({"type": "object", "properties": {
+                    "username": {"type": "string", "description": "User's response"},
+                    "email": {"type": "string", "description": "User's email address"}
+                }, "required": ["username", "email"]});
+                let result = ctx.elicit(args["message"].as_str().unwrap_or_default(), schema).await?;
+                Ok(elicitation_summary(&result, "User response"))
+            },
+        ))
+        .tool(tool("test_elicitation_sep1034_defaults", "Tests elicitation with default values per SEP-1034", no_args(), |ctx, _| async move {
+            let schema = json!({"type": "object", "properties": {
+                "name": {"type": "string", "description": "User name", "default": "John Doe"},
+                "age": {"type": "integer", "description": "User age", "default": 30},
+                "score": {"type": "number", "description": "User score", "default": 95.5},
+                "status": {"type": "string", "description": "User status", "enum": ["active", "inactive", "pending"], "default": "active"},
+                "verified": {"type": "boolean", "description": "Verification status", "default": true}
+            }, "required": []});
+            let result = ctx.elicit("Please review and update the form fields with defaults", schema).await?;
+            Ok(elicitation_summary(&result, "Elicitation completed"))
+        }))
+        .tool(tool("test_elicitation_sep1330_enums", "Tests elicitation with enum schema improvements per SEP-1330", no_args(), |ctx, _| async move {
+            let schema = json!({"type": "object", "properties": {
+                "untitledSingle": {"type": "string", "description": "Select one option", "enum": ["option1", "option2", "option3"]},
+                "titledSingle": {"type": "string", "description": "Select one option with titles", "oneOf": [
+                    {"const": "value1", "title": "First Option"}, {"const": "value2", "title": "Second Option"}, {"const": "value3", "title": "Third Option"}]},
+                "legacyEnum": {"type": "string", "description": "Select one option (legacy)", "enum": ["opt1", "opt2", "opt3"],
+                    "enumNames": ["Option One", "Option Two", "Option Three"]},
+                "untitledMulti": {"type": "array", "description": "Select multiple options", "minItems": 1, "maxItems": 3,
+                    "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
+                "titledMulti": {"type": "array", "description": "Select multiple options with titles", "minItems": 1, "maxItems": 3,
+                    "items": {"anyOf": [{"const": "value1", "title": "First Choice"}, {"const": "value2", "title": "Second Choice"}, {"const": "value3", "title": "Third Choice"}]}}
+            }, "required": []});
+            let result = ctx.elicit("Please select options from the enum fields", schema).await?;
+            Ok(elicitation_summary(&result, "Elicitation completed"))
+        }))
+        .tool(tool(
+            "json_schema_2020_12_tool",
+            "Tool with JSON Schema 2020-12 features for conformance testing (SEP-1613)",
+            json!({
+                "$schema": "https://json-schema.org/draft/2020-12/schema",
+                "type": "object",
+                "$defs": {"address": {"type": "object", "properties": {"street": {"type": "string"}, "city": {"type": "string"}}}},
+                "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"}},
+                "additionalProperties": false
+            }),
+            |_, args| async move { Ok(CallToolResult::text(format!("JSON Schema 2020-12 tool called with: {args}"))) },
+        ))
+        .tool(tool(
+            "test_reconnection",
+            "Tests SSE stream disconnection and client reconnection (SEP-1699). Server will close the stream mid-call and send the result after client reconnects.",
+            no_args(),
+            |ctx, _| async move {
+                ctx.close_sse_stream();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                Ok(CallToolResult::text(
+                    "Reconnection test completed successfully. If you received this, the client properly reconnected after stream closure.",
+                ))
+            },
+        ));
+    let builder = builder
+        .prompt(PromptDef::new("test_simple_prompt", |_, _| async {
+            Ok(GetPromptResult { description: None, messages: vec![PromptMessage::user(Content::text("This is a simple prompt for testing."))] })
+        })
+        .description("A simple prompt without arguments"))
+        .prompt(
+            PromptDef::new("test_prompt_with_arguments", |_, args| async move {
+                let text = format!("Prompt with arguments: arg1='{}', arg2='{}'", arg_str(&args, "arg1"), arg_str(&args, "arg2"));
+                Ok(GetPromptResult { description: None, messages: vec![PromptMessage::user(Content::text(text))] })
+            })
+            .description("A prompt with required arguments")
+            .argument("arg1", "First test argument", true)
+            .argument("arg2", "Second test argument", true)
+            .completer(|_, prefix, _| {
+                ["paris", "park", "party", "test", "testing", "tested"].iter().filter(|v| v.starts_with(prefix)).map(|v| v.to_string()).collect()
+            }),
+        )
+        .prompt(
+            PromptDef::new("test_prompt_with_embedded_resource", |_, args| async move {
+                let resource = ResourceContents::text(arg_str(&args, "resourceUri"), "text/plain", "Embedded resource content for testing.");
+                Ok(GetPromptResult {
+                    description: None,
+                    messages: vec![
+                        PromptMessage::user(Content::Resource { resource }),
+                        PromptMessage::user(Content::text("Please process the embedded resource above.")),
+                    ],
+                })
+            })
+            .description("A prompt that includes an embedded resource")
+            .argument("resourceUri", "URI of the resource to embed", true),
+        )
+        .prompt(
+            PromptDef::new("test_prompt_with_image", |_, _| async {
+                Ok(GetPromptResult {
+                    description: None,
+                    messages: vec![PromptMessage::user(image()), PromptMessage::user(Content::text("Please analyze the image above."))],
+                })
+            })
+            .description("A prompt that includes image content"),
+        );
+    let png = base64_decode(PNG_BASE64);
+    builder
+        .resource(
+            ResourceDef::text("test://static-text", "static-text", "text/plain", "This is the content of the static text resource.")
+                .description("A static text resource for testing"),
+        )
+        .resource(ResourceDef::blob("test://static-binary", "static-binary", "image/png", &png).description("A static binary resource (image) for testing"))
+        .resource(
+            ResourceDef::text("test://watched-resource", "watched-resource", "text/plain", "Watched resource content")
+                .description("A resource that can be subscribed to"),
+        )
+        .resource(
+            ResourceDef::template("test://template/{id}/data", "template", |_, uri, vars| async move {
+                let id = vars.get("id").cloned().unwrap_or_default();
+                let text = json!({"id": id, "templateTest": true, "data": format!("Data for ID: {id}")}).to_string();
+                Ok(vec![ResourceContents::text(uri, "application/json", text)])
+            })
+            .mime_type("application/json")
+            .description("A resource template with parameter substitution")
+            .completer(|_, prefix, _| ["1", "42", "123"].iter().filter(|v| v.starts_with(prefix)).map(|v| v.to_string()).collect()),
+        )
+}
+
+fn base64_decode(s: &str) -> Vec<u8> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.decode(s).expect("embedded base64 is valid")
+}

@@ -1,0 +1,331 @@
+//! Streamable HTTP transport: one endpoint, POST/GET/DELETE, JSON or SSE chosen lazily.
+
+use super::sse::{EventId, EventLog, StreamRegistry, pump};
+use crate::protocol::jsonrpc::{self, ErrorObject, Message};
+use crate::protocol::types::is_supported_version;
+use crate::server::{Outgoing, Server, SessionLookupError};
+use crate::session::{SessionId, SessionRecord};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+pub const SESSION_HEADER: &str = "mcp-session-id";
+pub const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
+pub const NODE_HEADER: &str = "x-switchboard-node";
+
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    /// Path of the MCP endpoint.
+    pub endpoint: String,
+    /// Largest accepted request body, in bytes.
+    pub max_body_bytes: usize,
+    /// Host names (without port) accepted in `Host` and `Origin`; `*` accepts any.
+    pub allowed_hosts: Vec<String>,
+    /// Whether GET opens a standalone server-to-client stream (else 405).
+    pub standalone_stream: bool,
+    pub keep_alive: Duration,
+    /// Reconnection delay suggested to clients in the SSE `retry` field.
+    pub retry: Duration,
+    /// How long a finished stream can still be resumed.
+    pub stream_retention: Duration,
+    /// Events kept per stream for resumption.
+    pub stream_capacity: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            endpoint: "/mcp".into(),
+            max_body_bytes: 4 * 1024 * 1024,
+            allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "[::1]".into()],
+            standalone_stream: true,
+            keep_alive: Duration::from_secs(15),
+            retry: Duration::from_millis(1000),
+            stream_retention: Duration::from_secs(300),
+            stream_capacity: 1024,
+        }
+    }
+}
+
+struct HttpState {
+    server: Server,
+    config: HttpConfig,
+    streams: Arc<StreamRegistry>,
+}
+
+type Shared = Arc<HttpState>;
+
+/// The MCP endpoint as an axum router.
+pub fn router(server: Server, config: HttpConfig) -> Router {
+    let streams = StreamRegistry::new(server.node_id(), config.stream_retention, config.stream_capacity);
+    let node = HeaderValue::from_str(&server.node_id().to_string()).expect("digits are a valid header");
+    let state = Arc::new(HttpState { server, config: config.clone(), streams });
+    Router::new()
+        .route(&config.endpoint, axum::routing::post(post).get(get).delete(delete))
+        .layer(middleware::from_fn_with_state(state.clone(), check_host_and_origin))
+        .layer(DefaultBodyLimit::max(config.max_body_bytes))
+        .layer(middleware::map_response(move |mut res: Response| {
+            let node = node.clone();
+            async move {
+                res.headers_mut().insert(HeaderName::from_static(NODE_HEADER), node);
+                res
+            }
+        }))
+        .with_state(state)
+}
+
+/// Serve `router` on `listener` with TCP_NODELAY (small SSE writes must not wait for ACKs).
+pub async fn serve(listener: tokio::net::TcpListener, router: Router, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+}
+
+/// An HTTP error with a JSON-RPC error body (id null), as the spec suggests.
+fn http_error(status: StatusCode, message: impl Into<String>) -> Response {
+    let body = Message::error(None, ErrorObject::new(-32000, message)).to_json();
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+fn json_body(status: StatusCode, message: &Message) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], message.to_json()).into_response()
+}
+
+/// Host name of a `Host` header or origin authority, without port.
+fn host_name(authority: &str) -> &str {
+    if authority.starts_with('[') {
+        return authority.split_inclusive(']').next().unwrap_or(authority);
+    }
+    authority.split(':').next().unwrap_or(authority)
+}
+
+/// DNS-rebinding protection: `Host` and (if present) `Origin` must name an allowed host.
+async fn check_host_and_origin(State(state): State<Shared>, request: Request, next: Next) -> Response {
+    let allowed = &state.config.allowed_hosts;
+    let ok = |name: &str| allowed.iter().any(|a| a == "*" || a.eq_ignore_ascii_case(name));
+    let host = request.headers().get(header::HOST).and_then(|h| h.to_str().ok()).or_else(|| request.uri().authority().map(|a| a.as_str()));
+    match host {
+        Some(h) if ok(host_name(h)) => {}
+        Some(h) => return http_error(StatusCode::FORBIDDEN, format!("Invalid Host: {h}")),
+        None => return http_error(StatusCode::FORBIDDEN, "missing Host header"),
+    }
+    if let Some(origin) = request.headers().get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        let authority = origin.split_once("://").map(|(_, rest)| rest).unwrap_or("");
+        if !ok(host_name(authority)) {
+            return http_error(StatusCode::FORBIDDEN, format!("Invalid Origin: {origin}"));
+        }
+    }
+    next.run(request).await
+}
+
+/// Whether an Accept header admits `media` (`type/subtype`), honouring wildcards and `q=0`.
+fn accepts(headers: &HeaderMap, media: &str) -> bool {
+    let (ty, _) = media.split_once('/').expect("media types have a slash");
+    headers.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).any(|range| {
+        let mut parts = range.split(';').map(str::trim);
+        let name = parts.next().unwrap_or("").to_ascii_lowercase();
+        let refused = parts.any(|p| p.replace(' ', "").eq_ignore_ascii_case("q=0") || p.replace(' ', "") == "q=0.0");
+        !refused && (name == media || name == "*/*" || name == format!("{ty}/*"))
+    })
+}
+
+fn check_protocol_version(headers: &HeaderMap) -> Result<(), Response> {
+    match headers.get(PROTOCOL_VERSION_HEADER).map(|v| v.to_str()) {
+        None => Ok(()),
+        Some(Ok(v)) if is_supported_version(v) => Ok(()),
+        Some(v) => Err(http_error(
+            StatusCode::BAD_REQUEST,
+            format!("Unsupported MCP-Protocol-Version: {}", v.unwrap_or("<non-ASCII>")),
+        )),
+    }
+}
+
+/// The session a request names: 400 without the header, 404 when unknown or terminated.
+async fn require_session(state: &HttpState, headers: &HeaderMap) -> Result<SessionRecord, Response> {
+    let Some(id) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
+        return Err(http_error(StatusCode::BAD_REQUEST, "Bad Request: Mcp-Session-Id header is required"));
+    };
+    match state.server.session(&SessionId(id.to_string())).await {
+        Ok(record) => Ok(record),
+        Err(SessionLookupError::NotFound) => Err(http_error(StatusCode::NOT_FOUND, "Session not found")),
+        Err(SessionLookupError::Store(e)) => Err(http_error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
+    }
+}
+
+/// Whether streams of this session start with a priming event (2025-11-25 and later).
+fn primes(session: &SessionRecord) -> bool {
+    session.protocol_version.as_str() >= "2025-11-25"
+}
+
+async fn post(State(state): State<Shared>, headers: HeaderMap, body: Result<Bytes, axum::extract::rejection::BytesRejection>) -> Response {
+    if !(accepts(&headers, "application/json") && accepts(&headers, "text/event-stream")) {
+        return http_error(StatusCode::NOT_ACCEPTABLE, "Not Acceptable: Accept must allow application/json and text/event-stream");
+    }
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if !content_type.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("application/json") {
+        return http_error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "Unsupported Media Type: Content-Type must be application/json");
+    }
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) => {
+            let status = rejection.status();
+            return http_error(status, format!("could not read body: {}", rejection.body_text()));
+        }
+    };
+    let message = match jsonrpc::parse_message(&body) {
+        Ok(m) => m,
+        Err(e) => return json_body(StatusCode::BAD_REQUEST, &e.to_message()),
+    };
+    if let Err(response) = check_protocol_version(&headers) {
+        return response;
+    }
+    if let Message::Request { id, method, params } = &message
+        && method == "initialize"
+    {
+        return match state.server.initialize(params.clone()).await {
+            Ok((record, result)) => {
+                let mut response = json_body(StatusCode::OK, &Message::response(id.clone(), result));
+                let value = HeaderValue::from_str(record.id.as_str()).expect("session ids are visible ASCII");
+                response.headers_mut().insert(SESSION_HEADER, value);
+                response
+            }
+            Err(error) => json_body(StatusCode::OK, &Message::error(Some(id.clone()), error)),
+        };
+    }
+    let session = match require_session(&state, &headers).await {
+        Ok(s) => s,
+        Err(response) => return response,
+    };
+    match message {
+        Message::Notification { method, params } => {
+            state.server.handle_notification(&session, &method, params);
+            StatusCode::ACCEPTED.into_response()
+        }
+        answer @ (Message::Response { .. } | Message::Error { .. }) => {
+            // Delivered (committed) before the 202, so an acknowledged answer is never lost.
+            state.server.handle_client_response(&session, answer).await;
+            StatusCode::ACCEPTED.into_response()
+        }
+        Message::Request { id, method, params } => {
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            let priming = primes(&session);
+            let session_id = session.id.clone();
+            state.server.spawn_request(session, id, method, params, tx);
+            // Answer with plain JSON when the handler's first output is its result; anything
+            // it emits before that upgrades the response to an SSE stream.
+            let first = rx.recv().await;
+            if let Some(Outgoing::Message(m)) = &first
+                && m.is_response()
+            {
+                return json_body(StatusCode::OK, m);
+            }
+            let log = state.streams.open(&session_id, priming);
+            // The reader attaches before the first output is applied, so a disconnect request
+            // (SSE polling) ends this response after what came before it.
+            let response = sse_response(&state, &log, 0);
+            if let Some(first) = first {
+                log.apply(first);
+            }
+            pump(log.clone(), rx);
+            response
+        }
+    }
+}
+
+fn sse_response(state: &HttpState, log: &Arc<EventLog>, from: u64) -> Response {
+    let stream = log.reader(from, state.config.retry, state.config.keep_alive);
+    let headers = [
+        (header::CONTENT_TYPE, "text/event-stream"),
+        (header::CACHE_CONTROL, "no-cache"),
+        // Ask proxies (nginx) not to buffer the stream.
+        (HeaderName::from_static("x-accel-buffering"), "no"),
+    ];
+    (headers, axum::body::Body::from_stream(stream)).into_response()
+}
+
+async fn get(State(state): State<Shared>, headers: HeaderMap) -> Response {
+    if !accepts(&headers, "text/event-stream") {
+        return http_error(StatusCode::NOT_ACCEPTABLE, "Not Acceptable: Accept must allow text/event-stream");
+    }
+    if !state.config.standalone_stream {
+        let mut response = http_error(StatusCode::METHOD_NOT_ALLOWED, "GET streams are disabled on this server");
+        response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
+        return response;
+    }
+    if let Err(response) = check_protocol_version(&headers) {
+        return response;
+    }
+    let session = match require_session(&state, &headers).await {
+        Ok(s) => s,
+        Err(response) => return response,
+    };
+    if let Some(last) = headers.get("last-event-id") {
+        let Some(id) = last.to_str().ok().and_then(|s| s.parse::<EventId>().ok()) else {
+            return http_error(StatusCode::BAD_REQUEST, "malformed Last-Event-ID");
+        };
+        return match state.streams.find(&id).filter(|log| log.session == session.id) {
+            Some(log) => sse_response(&state, &log, id.seq + 1),
+            None => http_error(StatusCode::NOT_FOUND, "no stream to resume for this Last-Event-ID"),
+        };
+    }
+    let (log, created) = state.streams.standalone(&session.id, primes(&session));
+    if created {
+        let (tx, rx) = mpsc::unbounded_channel();
+        state.server.attach_notifier(&session.id, tx);
+        pump(log.clone(), rx);
+    } else {
+        // One live standalone reader per session, so no message goes out twice.
+        log.disconnect_readers();
+    }
+    let from = if created { 0 } else { log.end() };
+    sse_response(&state, &log, from)
+}
+
+async fn delete(State(state): State<Shared>, headers: HeaderMap) -> Response {
+    let session = match require_session(&state, &headers).await {
+        Ok(s) => s,
+        Err(response) => return response,
+    };
+    state.streams.forget_session(&session.id);
+    match state.server.terminate(&session.id).await {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => http_error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accept(v: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::ACCEPT, HeaderValue::from_str(v).unwrap());
+        h
+    }
+
+    #[test]
+    fn accept_matching() {
+        assert!(accepts(&accept("application/json, text/event-stream"), "text/event-stream"));
+        assert!(accepts(&accept("*/*"), "application/json"));
+        assert!(accepts(&accept("text/*;q=0.5"), "text/event-stream"));
+        assert!(!accepts(&accept("application/json"), "text/event-stream"));
+        assert!(!accepts(&accept("text/event-stream;q=0"), "text/event-stream"));
+        assert!(!accepts(&HeaderMap::new(), "application/json"));
+    }
+
+    #[test]
+    fn host_names_drop_ports() {
+        assert_eq!(host_name("localhost:8080"), "localhost");
+        assert_eq!(host_name("[::1]:8080"), "[::1]");
+        assert_eq!(host_name("127.0.0.1"), "127.0.0.1");
+    }
+}

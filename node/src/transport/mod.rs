@@ -1,0 +1,5 @@
+//! Transports: how messages reach the [`crate::server::Server`] and its answers leave.
+
+pub mod http;
+pub mod sse;
+pub mod stdio;

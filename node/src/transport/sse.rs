@@ -1,0 +1,277 @@
+//! Resumable SSE streams.
+//!
+//! Every stream the server opens (the response to one POST, or a session's standalone GET
+//! stream) is an [`EventLog`]: producers append to it, HTTP responses are readers over it. A
+//! reader that goes away loses nothing: a new GET with `Last-Event-ID` reads on from where the
+//! client stopped. The server can also end the current readers (SSE polling) while the stream
+//! goes on.
+
+use crate::protocol::jsonrpc::Message;
+use crate::server::Outgoing;
+use crate::session::SessionId;
+use bytes::Bytes;
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+
+/// The id of one SSE event: the node that owns the stream, the stream, and the position in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventId {
+    pub node: u64,
+    pub stream: u64,
+    pub seq: u64,
+}
+
+impl fmt::Display for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.node, self.stream, self.seq)
+    }
+}
+
+impl FromStr for EventId {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        let mut parts = s.split('.').map(|p| p.parse::<u64>().map_err(|_| ()));
+        let id = EventId { node: parts.next().ok_or(())??, stream: parts.next().ok_or(())??, seq: parts.next().ok_or(())?? };
+        match parts.next() {
+            None => Ok(id),
+            Some(_) => Err(()),
+        }
+    }
+}
+
+struct LogState {
+    /// `(seq, data)`; `None` data is the priming event.
+    events: VecDeque<(u64, Option<String>)>,
+    next_seq: u64,
+    closed: bool,
+    /// Bumped to end the readers attached so far.
+    reader_generation: u64,
+    /// Readers of older generations stop before this sequence number.
+    disconnect_at: u64,
+}
+
+/// One resumable stream of events.
+pub struct EventLog {
+    pub node: u64,
+    pub stream: u64,
+    pub session: SessionId,
+    capacity: usize,
+    state: Mutex<LogState>,
+    changed: watch::Sender<()>,
+}
+
+impl EventLog {
+    fn new(node: u64, stream: u64, session: SessionId, capacity: usize, priming: bool) -> Arc<Self> {
+        let mut events = VecDeque::new();
+        if priming {
+            events.push_back((0, None));
+        }
+        let state = LogState { events, next_seq: 1, closed: false, reader_generation: 0, disconnect_at: 0 };
+        Arc::new(EventLog { node, stream, session, capacity, state: Mutex::new(state), changed: watch::channel(()).0 })
+    }
+
+    fn id(&self, seq: u64) -> EventId {
+        EventId { node: self.node, stream: self.stream, seq }
+    }
+
+    /// Sequence number the next reader without `Last-Event-ID` starts at.
+    pub fn end(&self) -> u64 {
+        self.state.lock().unwrap().next_seq
+    }
+
+    pub fn push(&self, message: &Message) {
+        let mut state = self.state.lock().unwrap();
+        let seq = state.next_seq;
+        state.next_seq += 1;
+        state.events.push_back((seq, Some(message.to_json())));
+        if state.events.len() > self.capacity {
+            state.events.pop_front();
+        }
+        drop(state);
+        self.changed.send_replace(());
+    }
+
+    pub fn apply(&self, outgoing: Outgoing) {
+        match outgoing {
+            Outgoing::Message(m) => self.push(&m),
+            Outgoing::Disconnect => self.disconnect_readers(),
+        }
+    }
+
+    /// No more events will come; readers end after the last one.
+    pub fn close(&self) {
+        self.state.lock().unwrap().closed = true;
+        self.changed.send_replace(());
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.state.lock().unwrap().closed
+    }
+
+    /// End the HTTP responses reading this log once they have sent what is in it now; clients
+    /// resume with `Last-Event-ID`. Readers attached later are unaffected.
+    pub fn disconnect_readers(&self) {
+        let mut state = self.state.lock().unwrap();
+        state.reader_generation += 1;
+        state.disconnect_at = state.next_seq;
+        drop(state);
+        self.changed.send_replace(());
+    }
+
+    /// An SSE body over this log from sequence `from` on, as encoded bytes. The first event
+    /// carries `retry`; idle periods get keep-alive comments.
+    pub fn reader(self: &Arc<Self>, from: u64, retry: Duration, keep_alive: Duration) -> impl futures::Stream<Item = Result<Bytes, Infallible>> + use<> {
+        let generation = self.state.lock().unwrap().reader_generation;
+        let rx = self.changed.subscribe();
+        let log = self.clone();
+        futures::stream::unfold((log, rx, from, true), move |(log, mut rx, mut cursor, first)| async move {
+            loop {
+                rx.mark_unchanged();
+                {
+                    let state = log.state.lock().unwrap();
+                    let disconnected = state.reader_generation != generation;
+                    let next = state.events.iter().find(|(seq, _)| *seq >= cursor);
+                    match next {
+                        Some((seq, data)) if !disconnected || *seq < state.disconnect_at => {
+                            let event = encode_event(&log.id(*seq), data.as_deref(), first.then_some(retry));
+                            cursor = seq + 1;
+                            drop(state);
+                            return Some((Ok(event), (log, rx, cursor, false)));
+                        }
+                        _ if disconnected || state.closed => return None,
+                        _ => {}
+                    }
+                }
+                match tokio::time::timeout(keep_alive, rx.changed()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return None,
+                    Err(_) => return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), (log, rx, cursor, first))),
+                }
+            }
+        })
+    }
+}
+
+/// One SSE event. `data` of `None` is the priming event: an id and an empty data field.
+fn encode_event(id: &EventId, data: Option<&str>, retry: Option<Duration>) -> Bytes {
+    let mut out = format!("id: {id}\n");
+    if let Some(retry) = retry {
+        out.push_str(&format!("retry: {}\n", retry.as_millis()));
+    }
+    // JSON from serde_json has no raw newlines, so one data line suffices.
+    out.push_str("data: ");
+    out.push_str(data.unwrap_or(""));
+    out.push_str("\n\n");
+    Bytes::from(out)
+}
+
+/// Pump a request's outgoing messages into its log, closing it when the request is done.
+pub fn pump(log: Arc<EventLog>, mut rx: mpsc::UnboundedReceiver<Outgoing>) {
+    tokio::spawn(async move {
+        while let Some(outgoing) = rx.recv().await {
+            log.apply(outgoing);
+        }
+        log.close();
+    });
+}
+
+/// The streams of this node, for resumption.
+pub struct StreamRegistry {
+    node: u64,
+    next: AtomicU64,
+    streams: Mutex<HashMap<u64, Arc<EventLog>>>,
+    standalone: Mutex<HashMap<SessionId, Arc<EventLog>>>,
+    /// How long a finished stream stays resumable.
+    retention: Duration,
+    capacity: usize,
+}
+
+impl StreamRegistry {
+    pub fn new(node: u64, retention: Duration, capacity: usize) -> Arc<Self> {
+        Arc::new(StreamRegistry {
+            node,
+            next: AtomicU64::new(1),
+            streams: Mutex::default(),
+            standalone: Mutex::default(),
+            retention,
+            capacity,
+        })
+    }
+
+    /// A new stream for the response to one request.
+    pub fn open(self: &Arc<Self>, session: &SessionId, priming: bool) -> Arc<EventLog> {
+        let stream = self.next.fetch_add(1, Ordering::Relaxed);
+        let log = EventLog::new(self.node, stream, session.clone(), self.capacity, priming);
+        self.streams.lock().unwrap().insert(stream, log.clone());
+        // Forget the stream once it is closed and its retention passed.
+        let (registry, watched) = (Arc::downgrade(self), log.clone());
+        tokio::spawn(async move {
+            let mut rx = watched.changed.subscribe();
+            while !watched.is_closed() {
+                if rx.changed().await.is_err() {
+                    break;
+                }
+            }
+            tokio::time::sleep(registry.upgrade().map(|r| r.retention).unwrap_or_default()).await;
+            if let Some(registry) = registry.upgrade() {
+                registry.streams.lock().unwrap().remove(&watched.stream);
+            }
+        });
+        log
+    }
+
+    /// The session's standalone stream, created on first use. Returns it and whether it is new.
+    pub fn standalone(&self, session: &SessionId, priming: bool) -> (Arc<EventLog>, bool) {
+        let mut standalone = self.standalone.lock().unwrap();
+        if let Some(log) = standalone.get(session) {
+            return (log.clone(), false);
+        }
+        let stream = self.next.fetch_add(1, Ordering::Relaxed);
+        let log = EventLog::new(self.node, stream, session.clone(), self.capacity, priming);
+        standalone.insert(session.clone(), log.clone());
+        self.streams.lock().unwrap().insert(stream, log.clone());
+        (log, true)
+    }
+
+    /// The stream an event id belongs to, if this node still has it.
+    pub fn find(&self, id: &EventId) -> Option<Arc<EventLog>> {
+        if id.node != self.node {
+            return None;
+        }
+        self.streams.lock().unwrap().get(&id.stream).cloned()
+    }
+
+    /// Drop every stream of a terminated session.
+    pub fn forget_session(&self, session: &SessionId) {
+        if let Some(log) = self.standalone.lock().unwrap().remove(session) {
+            log.close();
+        }
+        self.streams.lock().unwrap().retain(|_, log| {
+            let keep = &log.session != session;
+            if !keep {
+                log.close();
+            }
+            keep
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_ids_round_trip() {
+        let id = EventId { node: 2, stream: 17, seq: 3 };
+        assert_eq!(id.to_string().parse::<EventId>(), Ok(id));
+        assert!("2.17".parse::<EventId>().is_err());
+        assert!("2.17.3.4".parse::<EventId>().is_err());
+        assert!("a.b.c".parse::<EventId>().is_err());
+    }
+}
