@@ -3,6 +3,7 @@
 //! Layers, bottom up:
 //! - [`protocol`]: JSON-RPC framing and MCP types (pure).
 //! - [`mailbox`] and [`session`]: the stores server-to-client requests and sessions go through.
+//! - [`raft`]: the replicated mailbox and session store (openraft, redb, the peer port).
 //! - [`server`]: the MCP server (registry, dispatch, handler context).
 //! - [`transport`]: Streamable HTTP and stdio.
 //! - [`cli`]: the `switchboard` command.
@@ -11,6 +12,7 @@ pub mod cli;
 pub mod mailbox;
 pub mod metrics;
 pub mod protocol;
+pub mod raft;
 pub mod server;
 pub mod session;
 pub mod tools;

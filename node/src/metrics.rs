@@ -32,6 +32,12 @@ pub struct Metrics {
     wait_seconds: Family<Kind, Histogram>,
     orphans: Family<Reason, Counter>,
     sessions: Gauge,
+    peer_refused: Family<Reason, Counter>,
+    raft_term: Gauge,
+    raft_leader: Gauge,
+    raft_committed: Gauge,
+    raft_applied: Gauge,
+    mailboxes_pending: Gauge,
 }
 
 impl Default for Metrics {
@@ -52,7 +58,27 @@ impl Metrics {
         registry.register("client_request_wait_seconds", "Time handlers spent parked on a mailbox", wait_seconds.clone());
         registry.register("orphan_responses", "Client responses dropped, by reason", orphans.clone());
         registry.register("sessions_local", "Sessions with state on this node", sessions.clone());
-        Metrics { registry: Mutex::new(registry), outcomes, wait_seconds, orphans, sessions }
+        let peer_refused = Family::<Reason, Counter>::default();
+        registry.register("peer_requests_refused", "Peer requests refused, by reason", peer_refused.clone());
+        let [raft_term, raft_leader, raft_committed, raft_applied, mailboxes_pending] = std::array::from_fn(|_| Gauge::default());
+        registry.register("raft_term", "Current Raft term", raft_term.clone());
+        registry.register("raft_leader", "Id of the Raft leader as this node sees it (-1: none)", raft_leader.clone());
+        registry.register("raft_committed_index", "Last committed log index", raft_committed.clone());
+        registry.register("raft_applied_index", "Last applied log index", raft_applied.clone());
+        registry.register("mailboxes_pending", "Mailboxes waiting for an answer", mailboxes_pending.clone());
+        Metrics {
+            registry: Mutex::new(registry),
+            outcomes,
+            wait_seconds,
+            orphans,
+            sessions,
+            peer_refused,
+            raft_term,
+            raft_leader,
+            raft_committed,
+            raft_applied,
+            mailboxes_pending,
+        }
     }
 
     pub fn outcome(&self, kind: RequestKind, outcome: &'static str) {
@@ -69,6 +95,23 @@ impl Metrics {
 
     pub fn orphan_count(&self, reason: &'static str) -> u64 {
         self.orphans.get_or_create(&Reason { reason }).get()
+    }
+
+    pub fn peer_refused(&self, reason: &'static str) {
+        self.peer_refused.get_or_create(&Reason { reason }).inc();
+    }
+
+    pub fn peer_refused_count(&self, reason: &'static str) -> u64 {
+        self.peer_refused.get_or_create(&Reason { reason }).get()
+    }
+
+    /// Publish a Raft member's view.
+    pub fn raft(&self, term: u64, leader: Option<u64>, committed: Option<u64>, applied: Option<u64>, pending: usize) {
+        self.raft_term.set(term as i64);
+        self.raft_leader.set(leader.map(|l| l as i64).unwrap_or(-1));
+        self.raft_committed.set(committed.map(|c| c as i64).unwrap_or(-1));
+        self.raft_applied.set(applied.map(|a| a as i64).unwrap_or(-1));
+        self.mailboxes_pending.set(pending as i64);
     }
 
     pub fn set_local_sessions(&self, n: usize) {

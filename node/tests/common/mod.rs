@@ -1,6 +1,8 @@
 //! Shared fixtures: a real server on 127.0.0.1:0 and a raw HTTP client for the status-code rules.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::sync::Arc;

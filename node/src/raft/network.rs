@@ -1,0 +1,186 @@
+//! The client side of the peer port: Raft RPCs, forwarded writes and admin calls over one pooled
+//! HTTP client, every request carrying the cluster secret.
+
+use super::state_machine::{Command, Response, WriteId};
+use super::types::{TypeConfig, Vote, decode, encode};
+use openraft::BasicNode;
+use openraft::errors::{NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::network::{RPCOption, RaftNetworkFactory, v2::RaftNetworkV2};
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::future::Future;
+use std::time::Duration;
+
+pub const APPEND: &str = "/raft/append";
+pub const VOTE: &str = "/raft/vote";
+pub const SNAPSHOT: &str = "/raft/snapshot";
+pub const WRITE: &str = "/raft/write";
+pub const READ_INDEX: &str = "/raft/read-index";
+pub const STATUS: &str = "/admin/status";
+pub const LEARNERS: &str = "/admin/learners";
+pub const PROMOTE: &str = "/admin/promote";
+pub const REMOVE: &str = "/admin/remove";
+pub const JOIN: &str = "/admin/join";
+
+/// A write a follower hands to the leader. The leader stamps the time.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ForwardedWrite {
+    pub write: WriteId,
+    pub command: Command,
+}
+
+/// Why a node could not take a write or answer a read index.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
+pub enum Refusal {
+    #[error("not the leader (leader: {leader:?})")]
+    NotLeader { leader: Option<(u64, String)> },
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+pub type WriteReply = Result<(Response, u64), Refusal>;
+pub type ReadIndexReply = Result<u64, Refusal>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    #[error("peer {addr} unreachable: {reason}")]
+    Unreachable { addr: String, reason: String },
+    #[error("peer {addr} answered HTTP {status}: {body}")]
+    Status { addr: String, status: u16, body: String },
+    #[error("peer {addr} sent an undecodable answer: {reason}")]
+    Decode { addr: String, reason: String },
+}
+
+/// Pooled HTTP client for one node's peer traffic.
+#[derive(Clone)]
+pub struct PeerClient {
+    http: reqwest::Client,
+    secret: String,
+}
+
+impl PeerClient {
+    /// `source_ip` pins the local address of outgoing connections (multi-homed hosts).
+    pub fn new(secret: String, source_ip: Option<std::net::IpAddr>) -> Self {
+        let http = reqwest::Client::builder()
+            .local_address(source_ip)
+            .tcp_nodelay(true)
+            .pool_idle_timeout(Duration::from_secs(60))
+            .connect_timeout(Duration::from_secs(2))
+            .build()
+            .expect("HTTP client builds");
+        PeerClient { http, secret }
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder, addr: &str) -> Result<Vec<u8>, PeerError> {
+        let response = request
+            .bearer_auth(&self.secret)
+            .send()
+            .await
+            .map_err(|e| PeerError::Unreachable { addr: addr.into(), reason: error_chain(&e) })?;
+        let status = response.status();
+        let body = response.bytes().await.map_err(|e| PeerError::Unreachable { addr: addr.into(), reason: error_chain(&e) })?;
+        if !status.is_success() {
+            return Err(PeerError::Status { addr: addr.into(), status: status.as_u16(), body: String::from_utf8_lossy(&body).into() });
+        }
+        Ok(body.to_vec())
+    }
+
+    /// POST a MessagePack body, decode a MessagePack answer.
+    pub async fn rpc<Req: Serialize, Resp: DeserializeOwned>(&self, addr: &str, path: &str, body: &Req, timeout: Duration) -> Result<Resp, PeerError> {
+        let request = self.http.post(format!("http://{addr}{path}")).timeout(timeout).header("content-type", "application/msgpack").body(encode(body));
+        let bytes = self.send(request, addr).await?;
+        decode(&bytes).map_err(|e| PeerError::Decode { addr: addr.into(), reason: e.to_string() })
+    }
+
+    /// Admin API: POST JSON (or GET when `body` is `None`), JSON answer.
+    pub async fn admin<Resp: DeserializeOwned>(&self, addr: &str, path: &str, body: Option<&serde_json::Value>) -> Result<Resp, PeerError> {
+        let url = format!("http://{addr}{path}");
+        let request = match body {
+            Some(body) => self.http.post(url).json(body),
+            None => self.http.get(url),
+        }
+        .timeout(Duration::from_secs(30));
+        let bytes = self.send(request, addr).await?;
+        serde_json::from_slice(&bytes).map_err(|e| PeerError::Decode { addr: addr.into(), reason: e.to_string() })
+    }
+
+    pub async fn forward_write(&self, addr: &str, write: &ForwardedWrite, timeout: Duration) -> Result<WriteReply, PeerError> {
+        self.rpc(addr, WRITE, write, timeout).await
+    }
+
+    pub async fn read_index(&self, addr: &str, timeout: Duration) -> Result<ReadIndexReply, PeerError> {
+        self.rpc(addr, READ_INDEX, &(), timeout).await
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// Builds one connection per target for openraft.
+#[derive(Clone)]
+pub struct NetworkFactory {
+    pub client: PeerClient,
+}
+
+pub struct Connection {
+    client: PeerClient,
+    addr: String,
+}
+
+impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
+    type Network = Connection;
+
+    async fn new_client(&mut self, _target: u64, node: &BasicNode) -> Connection {
+        Connection { client: self.client.clone(), addr: node.addr.clone() }
+    }
+}
+
+impl Connection {
+    async fn call<Req: Serialize, Resp: DeserializeOwned>(&self, path: &str, body: &Req, timeout: Duration) -> Result<Resp, RPCError<TypeConfig>> {
+        let reply: Result<Resp, RaftError<TypeConfig>> = self.client.rpc(&self.addr, path, body, timeout).await.map_err(|e| match e {
+            PeerError::Decode { .. } | PeerError::Status { .. } => RPCError::Network(NetworkError::new(&e)),
+            PeerError::Unreachable { .. } => RPCError::Unreachable(Unreachable::new(&e)),
+        })?;
+        // The remote Raft is fatally stopped: as good as unreachable.
+        reply.map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))
+    }
+}
+
+/// openraft suggests the heartbeat interval as the append timeout, which a follower that
+/// fsyncs a large batch can exceed; openraft does not enforce it, so allow at least this long.
+const MIN_RPC_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl RaftNetworkV2<TypeConfig> for Connection {
+    type SnapshotData = Vec<u8>;
+
+    async fn append_entries(&mut self, rpc: AppendEntriesRequest<TypeConfig>, option: RPCOption) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call(APPEND, &rpc, option.hard_ttl().max(MIN_RPC_TIMEOUT)).await
+    }
+
+    async fn vote(&mut self, rpc: VoteRequest<TypeConfig>, option: RPCOption) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call(VOTE, &rpc, option.hard_ttl().max(MIN_RPC_TIMEOUT)).await
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: super::types::Snapshot,
+        cancel: impl Future<Output = ReplicationClosed> + openraft::OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let body = (vote, snapshot.meta, snapshot.snapshot);
+        tokio::select! {
+            closed = cancel => Err(StreamingError::Closed(closed)),
+            reply = self.call(SNAPSHOT, &body, option.hard_ttl()) => Ok(reply?),
+        }
+    }
+}

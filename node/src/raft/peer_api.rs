@@ -1,0 +1,223 @@
+//! The peer port: Raft RPCs (MessagePack), forwarded writes and read indexes, and the admin API
+//! (JSON). Every request must carry the cluster secret; others are refused (401) and counted.
+
+use super::network::{self as net, ForwardedWrite, ReadIndexReply, Refusal, WriteReply};
+use super::node::{RaftNode, RaftStoreError};
+use super::types::{Snapshot, SnapshotMeta, TypeConfig, Vote, decode, encode};
+use crate::metrics::Metrics;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use openraft::errors::RaftError;
+use openraft::raft::{AppendEntriesRequest, VoteRequest};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use std::sync::Arc;
+
+#[derive(Clone)]
+struct PeerState {
+    node: Arc<RaftNode>,
+    secret: Arc<str>,
+    metrics: Arc<Metrics>,
+}
+
+/// A learner is promoted only once it is at most this many entries behind.
+pub const PROMOTE_MAX_LAG: u64 = 100;
+
+pub fn router(node: Arc<RaftNode>, secret: &str, metrics: Arc<Metrics>) -> Router {
+    let state = PeerState { node, secret: secret.into(), metrics };
+    Router::new()
+        .route(net::APPEND, post(append))
+        .route(net::VOTE, post(vote))
+        .route(net::SNAPSHOT, post(snapshot))
+        .route(net::WRITE, post(write))
+        .route(net::READ_INDEX, post(read_index))
+        .route(net::STATUS, get(status))
+        .route(net::LEARNERS, post(add_learner))
+        .route(net::PROMOTE, post(promote))
+        .route(net::REMOVE, post(remove))
+        .route(net::JOIN, post(join))
+        .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .layer(axum::extract::DefaultBodyLimit::max(256 * 1024 * 1024))
+        .with_state(state)
+}
+
+/// Byte-wise comparison that takes the same time wherever the first difference is.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn authenticate(State(state): State<PeerState>, request: Request, next: Next) -> Response {
+    let presented = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    let reason = match presented {
+        None => "missing_secret",
+        Some(secret) if constant_time_eq(secret.as_bytes(), state.secret.as_bytes()) => return next.run(request).await,
+        Some(_) => "wrong_secret",
+    };
+    state.metrics.peer_refused(reason);
+    tracing::warn!(reason, path = %request.uri().path(), "refused unauthenticated peer request");
+    (StatusCode::UNAUTHORIZED, "peer request refused: missing or wrong cluster secret").into_response()
+}
+
+fn msgpack(value: &impl serde::Serialize) -> Response {
+    ([(header::CONTENT_TYPE, "application/msgpack")], encode(value)).into_response()
+}
+
+/// Decode a MessagePack body or answer 400 (nothing is touched).
+fn body<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, Response> {
+    decode(bytes).map_err(|e| (StatusCode::BAD_REQUEST, format!("malformed {what}: {e}")).into_response())
+}
+
+async fn append(State(s): State<PeerState>, bytes: Bytes) -> Response {
+    let rpc: AppendEntriesRequest<TypeConfig> = match body(&bytes, "append-entries request") {
+        Ok(rpc) => rpc,
+        Err(r) => return r,
+    };
+    msgpack(&s.node.raft.append_entries(rpc).await)
+}
+
+async fn vote(State(s): State<PeerState>, bytes: Bytes) -> Response {
+    let rpc: VoteRequest<TypeConfig> = match body(&bytes, "vote request") {
+        Ok(rpc) => rpc,
+        Err(r) => return r,
+    };
+    msgpack(&s.node.raft.vote(rpc).await)
+}
+
+async fn snapshot(State(s): State<PeerState>, bytes: Bytes) -> Response {
+    let (vote, meta, data): (Vote, SnapshotMeta, Vec<u8>) = match body(&bytes, "snapshot") {
+        Ok(parts) => parts,
+        Err(r) => return r,
+    };
+    // Refuse a snapshot that does not decode before handing it to Raft.
+    if decode::<super::state_machine::StateMachine>(&data).is_err() {
+        return (StatusCode::BAD_REQUEST, "malformed snapshot data").into_response();
+    }
+    let reply = s.node.raft.install_full_snapshot(vote, Snapshot { meta, snapshot: data }).await.map_err(RaftError::<TypeConfig>::Fatal);
+    msgpack(&reply)
+}
+
+async fn write(State(s): State<PeerState>, bytes: Bytes) -> Response {
+    let forwarded: ForwardedWrite = match body(&bytes, "forwarded write") {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let reply: WriteReply = s.node.write_as_leader(Some(forwarded.write), forwarded.command).await;
+    msgpack(&reply)
+}
+
+async fn read_index(State(s): State<PeerState>) -> Response {
+    let reply: ReadIndexReply = s.node.leader_read_index().await;
+    msgpack(&reply)
+}
+
+async fn status(State(s): State<PeerState>) -> Response {
+    axum::Json(s.node.status()).into_response()
+}
+
+#[derive(Deserialize)]
+struct Member {
+    id: u64,
+    #[serde(default)]
+    addr: Option<String>,
+}
+
+fn admin_error(e: RaftStoreError) -> Response {
+    let status = match e {
+        RaftStoreError::Membership(_) => StatusCode::CONFLICT,
+        _ => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    (status, axum::Json(json!({"error": e.to_string()}))).into_response()
+}
+
+fn parse_member(bytes: &[u8], needs_addr: bool) -> Result<Member, Response> {
+    let member: Member = serde_json::from_slice(bytes)
+        .map_err(|e| (StatusCode::BAD_REQUEST, axum::Json(json!({"error": format!("malformed request: {e}")}))).into_response())?;
+    if needs_addr && member.addr.as_deref().is_none_or(str::is_empty) {
+        return Err((StatusCode::BAD_REQUEST, axum::Json(json!({"error": "addr is required"}))).into_response());
+    }
+    Ok(member)
+}
+
+/// Membership changes run on the leader; a follower passes the call on.
+async fn on_leader(s: &PeerState, path: &str, bytes: &[u8]) -> Option<Response> {
+    if s.node.is_leader() {
+        return None;
+    }
+    let Some((_, addr)) = s.node.status().leader.and_then(|id| s.node.status().members.get(&id).map(|a| (id, a.clone()))) else {
+        return Some(admin_error(RaftStoreError::Unavailable(Refusal::Unavailable("no leader elected".into()).to_string())));
+    };
+    let body: serde_json::Value = serde_json::from_slice(bytes).unwrap_or_default();
+    Some(match s.node.client.admin::<serde_json::Value>(&addr, path, Some(&body)).await {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(super::network::PeerError::Status { status, body, .. }) => {
+            (StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY), body).into_response()
+        }
+        Err(e) => admin_error(RaftStoreError::Peer(e)),
+    })
+}
+
+async fn add_learner(State(s): State<PeerState>, bytes: Bytes) -> Response {
+    let member = match parse_member(&bytes, true) {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
+    if let Some(r) = on_leader(&s, net::LEARNERS, &bytes).await {
+        return r;
+    }
+    match s.node.add_learner(member.id, member.addr.unwrap_or_default(), false).await {
+        Ok(()) => axum::Json(json!({"added": member.id})).into_response(),
+        Err(e) => admin_error(e),
+    }
+}
+
+async fn promote(State(s): State<PeerState>, bytes: Bytes) -> Response {
+    let member = match parse_member(&bytes, false) {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
+    if let Some(r) = on_leader(&s, net::PROMOTE, &bytes).await {
+        return r;
+    }
+    match s.node.promote(member.id, PROMOTE_MAX_LAG).await {
+        Ok(()) => axum::Json(json!({"promoted": member.id})).into_response(),
+        Err(e) => admin_error(e),
+    }
+}
+
+async fn remove(State(s): State<PeerState>, bytes: Bytes) -> Response {
+    let member = match parse_member(&bytes, false) {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
+    if let Some(r) = on_leader(&s, net::REMOVE, &bytes).await {
+        return r;
+    }
+    match s.node.remove(member.id).await {
+        Ok(()) => axum::Json(json!({"removed": member.id})).into_response(),
+        Err(e) => admin_error(e),
+    }
+}
+
+/// Add a node as a learner, wait until it has caught up, then make it a voter.
+async fn join(State(s): State<PeerState>, bytes: Bytes) -> Response {
+    let member = match parse_member(&bytes, true) {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
+    if let Some(r) = on_leader(&s, net::JOIN, &bytes).await {
+        return r;
+    }
+    if let Err(e) = s.node.add_learner(member.id, member.addr.unwrap_or_default(), true).await {
+        return admin_error(e);
+    }
+    match s.node.promote(member.id, PROMOTE_MAX_LAG).await {
+        Ok(()) => axum::Json(json!({"joined": member.id})).into_response(),
+        Err(e) => admin_error(e),
+    }
+}

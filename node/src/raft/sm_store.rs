@@ -1,0 +1,224 @@
+//! openraft's state-machine adapter around the pure [`StateMachine`]: applies entries, wakes the
+//! waiters parked on this node, builds and installs snapshots (written atomically to disk).
+
+use super::state_machine::{MailboxState, Response, StateMachine, Wake};
+use super::types::{LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig, decode, encode, io_error};
+use crate::mailbox::{MailboxKey, WaitOutcome};
+use futures::{Stream, TryStreamExt};
+use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
+use openraft::{EntryPayload, OptionalSend};
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::watch;
+
+const SNAPSHOT_FILE: &str = "snapshot.bin";
+
+struct Inner {
+    sm: StateMachine,
+    last_applied: Option<LogId>,
+    last_membership: StoredMembership,
+    current_snapshot: Option<(SnapshotMeta, Vec<u8>)>,
+    /// Handlers parked on this node, by mailbox.
+    waiters: HashMap<MailboxKey, watch::Sender<Option<WaitOutcome>>>,
+}
+
+/// A cheap handle; openraft owns one clone, the node keeps another for local reads.
+#[derive(Clone)]
+pub struct StateMachineStore {
+    inner: Arc<Mutex<Inner>>,
+    dir: PathBuf,
+}
+
+/// What `watch` found: a settled outcome, or a receiver that yields one.
+pub enum Watch {
+    Settled(WaitOutcome),
+    Parked(watch::Receiver<Option<WaitOutcome>>),
+}
+
+fn settled(state: &MailboxState) -> Option<WaitOutcome> {
+    match state {
+        MailboxState::Pending => None,
+        MailboxState::Delivered(v) => Some(serde_json::from_str(v).map(WaitOutcome::Delivered).unwrap_or(WaitOutcome::Deleted)),
+        MailboxState::Expired => Some(WaitOutcome::Expired),
+        MailboxState::Deleted => Some(WaitOutcome::Deleted),
+    }
+}
+
+fn wake_outcome(wake: &Wake) -> (&MailboxKey, WaitOutcome) {
+    match wake {
+        Wake::Delivered(key, v) => (key, serde_json::from_str(v).map(WaitOutcome::Delivered).unwrap_or(WaitOutcome::Deleted)),
+        Wake::Expired(key) => (key, WaitOutcome::Expired),
+        Wake::Deleted(key) => (key, WaitOutcome::Deleted),
+    }
+}
+
+impl StateMachineStore {
+    /// Open the state machine of `dir`, restoring the last snapshot written there.
+    pub fn open(dir: &Path) -> io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let mut inner = Inner {
+            sm: StateMachine::default(),
+            last_applied: None,
+            last_membership: StoredMembership::default(),
+            current_snapshot: None,
+            waiters: HashMap::new(),
+        };
+        match std::fs::read(dir.join(SNAPSHOT_FILE)) {
+            Ok(bytes) => {
+                let (meta, data): (SnapshotMeta, Vec<u8>) = decode(&bytes).map_err(io_error)?;
+                inner.sm = decode(&data).map_err(io_error)?;
+                inner.last_applied = meta.last_log_id;
+                inner.last_membership = meta.last_membership.clone();
+                inner.current_snapshot = Some((meta, data));
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        Ok(StateMachineStore { inner: Arc::new(Mutex::new(inner)), dir: dir.to_path_buf() })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().expect("state machine lock poisoned")
+    }
+
+    /// Read the replicated state.
+    pub fn read<T>(&self, f: impl FnOnce(&StateMachine) -> T) -> T {
+        f(&self.lock().sm)
+    }
+
+    pub fn last_applied_index(&self) -> Option<u64> {
+        self.lock().last_applied.map(|id| id.index)
+    }
+
+    /// The mailbox's outcome if settled; otherwise park a waiter (registered under the same lock
+    /// that `apply` takes, so no wake-up can slip between the check and the registration).
+    pub fn watch(&self, key: &MailboxKey) -> Watch {
+        let mut inner = self.lock();
+        match inner.sm.mailbox(key).map(|m| settled(&m.state)) {
+            None => Watch::Settled(WaitOutcome::NotFound),
+            Some(Some(outcome)) => Watch::Settled(outcome),
+            Some(None) => {
+                let sender = inner.waiters.entry(key.clone()).or_insert_with(|| watch::channel(None).0);
+                Watch::Parked(sender.subscribe())
+            }
+        }
+    }
+
+    /// Forget the waiter slot of `key` if nobody waits on it any more.
+    pub fn unpark(&self, key: &MailboxKey) {
+        let mut inner = self.lock();
+        if inner.waiters.get(key).is_some_and(|s| s.receiver_count() == 0) {
+            inner.waiters.remove(key);
+        }
+    }
+
+    pub fn parked(&self) -> usize {
+        self.lock().waiters.len()
+    }
+
+    fn write_snapshot_file(&self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
+        // Write beside, fsync, rename over: a crash leaves the old or the new snapshot, never half.
+        let tmp = self.dir.join(format!("{SNAPSHOT_FILE}.tmp"));
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(&encode(&(meta, data)))?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, self.dir.join(SNAPSHOT_FILE))?;
+        std::fs::File::open(&self.dir)?.sync_all()
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
+    type SnapshotData = Vec<u8>;
+
+    async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
+        let (meta, data) = {
+            let inner = self.lock();
+            let meta = SnapshotMeta { last_log_id: inner.last_applied, last_membership: inner.last_membership.clone() };
+            (meta, encode(&inner.sm))
+        };
+        let this = self.clone();
+        let (m, d) = (meta.clone(), data.clone());
+        tokio::task::spawn_blocking(move || this.write_snapshot_file(&m, &d)).await.map_err(io_error)??;
+        self.lock().current_snapshot = Some((meta.clone(), data.clone()));
+        Ok(Snapshot { meta, snapshot: data })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotData = Vec<u8>;
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(&mut self) -> io::Result<(Option<LogId>, StoredMembership)> {
+        let inner = self.lock();
+        Ok((inner.last_applied, inner.last_membership.clone()))
+    }
+
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> io::Result<()>
+    where
+        Strm: Stream<Item = io::Result<EntryResponder<TypeConfig>>> + Unpin + OptionalSend,
+    {
+        while let Some((entry, responder)) = entries.try_next().await? {
+            let response = {
+                let mut inner = self.lock();
+                inner.last_applied = Some(entry.log_id);
+                match entry.payload {
+                    EntryPayload::Blank => Response::Done,
+                    EntryPayload::Membership(membership) => {
+                        inner.last_membership = StoredMembership::new(Some(entry.log_id), membership);
+                        Response::Done
+                    }
+                    EntryPayload::Normal(request) => {
+                        let (response, wakes) = inner.sm.apply(&request);
+                        for wake in &wakes {
+                            let (key, outcome) = wake_outcome(wake);
+                            if let Some(waiter) = inner.waiters.remove(key) {
+                                let _ = waiter.send(Some(outcome));
+                            }
+                        }
+                        response
+                    }
+                }
+            };
+            if let Some(responder) = responder {
+                responder.send(response);
+            }
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Vec<u8>) -> io::Result<()> {
+        let sm: StateMachine = decode(&snapshot).map_err(io_error)?;
+        let this = self.clone();
+        let (m, d) = (meta.clone(), snapshot.clone());
+        tokio::task::spawn_blocking(move || this.write_snapshot_file(&m, &d)).await.map_err(io_error)??;
+        let mut inner = self.lock();
+        inner.sm = sm;
+        inner.last_applied = meta.last_log_id;
+        inner.last_membership = meta.last_membership.clone();
+        inner.current_snapshot = Some((meta.clone(), snapshot));
+        // Waiters whose mailbox arrived settled in the snapshot wake now.
+        let keys: Vec<MailboxKey> = inner.waiters.keys().cloned().collect();
+        for key in keys {
+            let outcome = match inner.sm.mailbox(&key) {
+                None => Some(WaitOutcome::NotFound),
+                Some(m) => settled(&m.state),
+            };
+            if let Some(outcome) = outcome
+                && let Some(waiter) = inner.waiters.remove(&key)
+            {
+                let _ = waiter.send(Some(outcome));
+            }
+        }
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> io::Result<Option<Snapshot>> {
+        Ok(self.lock().current_snapshot.clone().map(|(meta, snapshot)| Snapshot { meta, snapshot }))
+    }
+}

@@ -1,0 +1,125 @@
+//! Faults over real sockets: leader loss with a parked waiter, restarts from the data directory
+//! (log replay and snapshot install), and a partitioned minority. No acknowledged delivery is lost.
+
+mod common;
+
+use common::cluster::TestCluster;
+use serde_json::json;
+use std::time::Duration;
+use openraft::async_runtime::WatchReceiver;
+use switchboard_node::mailbox::{DeliverOutcome, Mailbox, MailboxKey, WaitOutcome};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_waiter_survives_the_leader_being_killed() {
+    let mut cluster = TestCluster::start(3).await;
+    let leader = cluster.wait_for_leader(Duration::from_secs(5)).await;
+    let owner = (leader + 1) % 3;
+    let other = (leader + 2) % 3;
+    let key = MailboxKey::random();
+    cluster.mailbox(owner).create(&key, owner as u64, Duration::from_secs(60)).await.unwrap();
+    let waiter = {
+        let (store, key) = (cluster.mailbox(owner), key.clone());
+        tokio::spawn(async move { store.wait(&key, Duration::from_secs(30)).await.unwrap() })
+    };
+
+    cluster.kill(leader).await;
+    let new_leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    assert_ne!(new_leader, leader);
+    // Deliver through the member that is not the owner.
+    assert_eq!(cluster.mailbox(other).deliver(&key, json!("after failover")).await.unwrap(), DeliverOutcome::Delivered);
+    let woke = tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("waiter wakes").unwrap();
+    assert_eq!(woke, WaitOutcome::Delivered(json!("after failover")));
+
+    // The old leader comes back from its disk and agrees.
+    cluster.restart(leader).await;
+    cluster.node(leader).linearize().await.unwrap();
+    assert_eq!(cluster.mailbox(leader).wait(&key, Duration::from_secs(1)).await.unwrap(), WaitOutcome::Delivered(json!("after failover")));
+    cluster.stop_all().await;
+}
+
+/// Acknowledged deliveries to `count` fresh mailboxes, created through `via`.
+async fn deliver_many(cluster: &TestCluster, via: usize, count: usize) -> Vec<(MailboxKey, serde_json::Value)> {
+    let mut acked = Vec::new();
+    for i in 0..count {
+        let key = MailboxKey::random();
+        cluster.mailbox(via).create(&key, via as u64, Duration::from_secs(600)).await.unwrap();
+        let value = json!({"n": i});
+        assert_eq!(cluster.mailbox(via).deliver(&key, value.clone()).await.unwrap(), DeliverOutcome::Delivered);
+        acked.push((key, value));
+    }
+    acked
+}
+
+async fn assert_all_delivered(cluster: &TestCluster, member: usize, acked: &[(MailboxKey, serde_json::Value)]) {
+    cluster.node(member).linearize().await.unwrap();
+    for (key, value) in acked {
+        let got = cluster.mailbox(member).wait(key, Duration::from_millis(100)).await.unwrap();
+        assert_eq!(got, WaitOutcome::Delivered(value.clone()), "member {member} lost an acknowledged delivery");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_follower_catches_up_from_its_log() {
+    let mut cluster = TestCluster::start(3).await;
+    let leader = cluster.wait_for_leader(Duration::from_secs(5)).await;
+    let follower = (leader + 1) % 3;
+    let before = deliver_many(&cluster, leader, 5).await;
+    cluster.kill(follower).await;
+    let during = deliver_many(&cluster, leader, 20).await;
+    cluster.restart(follower).await;
+    assert_all_delivered(&cluster, follower, &before).await;
+    assert_all_delivered(&cluster, follower, &during).await;
+    cluster.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_follower_catches_up_through_a_snapshot_after_purge() {
+    let mut cluster = TestCluster::start_with(3, |c| {
+        c.snapshot_every = 20;
+        c.keep_logs = 0;
+    })
+    .await;
+    let leader = cluster.wait_for_leader(Duration::from_secs(5)).await;
+    let follower = (leader + 1) % 3;
+    let follower_last = cluster.node(follower).raft.metrics().borrow_watched().last_log_index.unwrap_or(0);
+    cluster.kill(follower).await;
+    let during = deliver_many(&cluster, leader, 40).await;
+    // The leader snapshotted and purged the entries the follower missed.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while cluster.node(leader).raft.metrics().borrow_watched().purged.is_none_or(|p| p.index <= follower_last) {
+        assert!(tokio::time::Instant::now() < deadline, "leader never purged its log");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cluster.restart(follower).await;
+    assert_all_delivered(&cluster, follower, &during).await;
+    assert!(cluster.node(follower).raft.metrics().borrow_watched().snapshot.is_some(), "caught up by installing a snapshot");
+    assert!(cluster.data_dir(follower).join("snapshot.bin").exists(), "the installed snapshot is on disk");
+    cluster.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_minority_refuses_writes_while_the_majority_serves() {
+    let mut cluster = TestCluster::start_with(3, |c| c.write_timeout = Duration::from_millis(1500)).await;
+    let leader = cluster.wait_for_leader(Duration::from_secs(5)).await;
+    let isolated = (leader + 1) % 3;
+    let majority = (leader + 2) % 3;
+    let key = MailboxKey::random();
+    cluster.mailbox(leader).create(&key, leader as u64, Duration::from_secs(600)).await.unwrap();
+    let acked_before = deliver_many(&cluster, majority, 3).await;
+
+    cluster.partition(isolated);
+    let err = cluster.mailbox(isolated).deliver(&key, json!("from the minority")).await.unwrap_err();
+    assert!(err.to_string().contains("not committed"), "a clear error: {err}");
+    // The majority goes on, and its answer wins.
+    assert_eq!(cluster.mailbox(majority).deliver(&key, json!("from the majority")).await.unwrap(), DeliverOutcome::Delivered);
+    let acked_during = deliver_many(&cluster, majority, 3).await;
+
+    cluster.heal();
+    for member in 0..3 {
+        assert_all_delivered(&cluster, member, &acked_before).await;
+        assert_all_delivered(&cluster, member, &acked_during).await;
+        let got = cluster.mailbox(member).wait(&key, Duration::from_millis(100)).await.unwrap();
+        assert_eq!(got, WaitOutcome::Delivered(json!("from the majority")));
+    }
+    cluster.stop_all().await;
+}

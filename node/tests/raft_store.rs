@@ -1,0 +1,150 @@
+//! The Raft-backed store: openraft's storage suite, the mailbox contract over real loopback
+//! networking, the session store, durability and bad peer input.
+
+mod common;
+
+use common::cluster::{SECRET, TestCluster};
+use openraft::StorageError;
+use openraft::testing::log::{StoreBuilder, Suite};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use switchboard_node::mailbox::{DeliverOutcome, Mailbox, MailboxKey, WaitOutcome, contract};
+use switchboard_node::protocol::types::{ClientCapabilities, Implementation, LogLevel};
+use switchboard_node::raft::log_store::LogStore;
+use switchboard_node::raft::sm_store::StateMachineStore;
+use switchboard_node::raft::types::TypeConfig;
+use switchboard_node::session::{SessionId, SessionRecord, SessionStore};
+
+struct RedbBuilder;
+
+impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> for RedbBuilder {
+    async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachineStore), StorageError<TypeConfig>> {
+        let dir = tempfile::tempdir().unwrap();
+        let log = LogStore::open(dir.path()).unwrap();
+        let sm = StateMachineStore::open(dir.path()).unwrap();
+        Ok((dir, log, sm))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openraft_storage_suite_passes_on_the_redb_log() {
+    Suite::test_all(RedbBuilder).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mailbox_contract_on_one_node() {
+    let mut cluster = TestCluster::start(1).await;
+    contract::run_all(Arc::new(cluster.mailbox(0))).await;
+    cluster.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mailbox_contract_on_three_nodes_from_a_follower() {
+    let mut cluster = TestCluster::start(3).await;
+    let leader = cluster.wait_for_leader(Duration::from_secs(5)).await;
+    let follower = (leader + 1) % 3;
+    contract::run_all(Arc::new(cluster.mailbox(follower))).await;
+    contract::run_all(Arc::new(cluster.mailbox(leader))).await;
+    cluster.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_on_one_node_wakes_the_waiter_on_another() {
+    let mut cluster = TestCluster::start(3).await;
+    let key = MailboxKey::random();
+    cluster.mailbox(1).create(&key, 1, Duration::from_secs(30)).await.unwrap();
+    let waiter = {
+        let store = cluster.mailbox(1);
+        let key = key.clone();
+        tokio::spawn(async move { store.wait(&key, Duration::from_secs(10)).await.unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(cluster.mailbox(2).deliver(&key, json!({"answer": 42})).await.unwrap(), DeliverOutcome::Delivered);
+    assert_eq!(waiter.await.unwrap(), WaitOutcome::Delivered(json!({"answer": 42})));
+    // Every replica agrees on the outcome.
+    for i in 0..3 {
+        assert_eq!(cluster.mailbox(i).deliver(&key, json!(0)).await.unwrap(), DeliverOutcome::AlreadyDelivered);
+    }
+    cluster.stop_all().await;
+}
+
+fn record(id: &str) -> SessionRecord {
+    SessionRecord {
+        id: SessionId(id.into()),
+        protocol_version: "2025-11-25".into(),
+        client_info: Implementation { name: "t".into(), version: "1".into(), title: None },
+        capabilities: ClientCapabilities(json!({"elicitation": {}})),
+        log_level: LogLevel::Info,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_created_anywhere_are_readable_everywhere_at_once() {
+    let mut cluster = TestCluster::start(3).await;
+    for i in 0..3 {
+        let id = SessionId(format!("s{i}"));
+        cluster.sessions(i).create(record(&id.0)).await.unwrap();
+        // Read-your-writes on every other node, immediately (ReadIndex on a miss).
+        for j in 0..3 {
+            let got = cluster.sessions(j).get(&id).await.unwrap().expect("session visible");
+            assert_eq!(got.capabilities, ClientCapabilities(json!({"elicitation": {}})));
+        }
+    }
+    let id = SessionId("s0".into());
+    assert!(cluster.sessions(2).set_log_level(&id, LogLevel::Error).await.unwrap());
+    cluster.node(0).linearize().await.unwrap();
+    assert_eq!(cluster.sessions(0).get(&id).await.unwrap().unwrap().log_level, LogLevel::Error);
+    assert!(cluster.sessions(1).delete(&id).await.unwrap());
+    assert!(!cluster.sessions(1).delete(&id).await.unwrap(), "deleting twice says it was gone");
+    for j in 0..3 {
+        assert!(cluster.sessions(j).get(&id).await.unwrap().is_none());
+    }
+    assert!(cluster.sessions(0).get(&SessionId("never".into())).await.unwrap().is_none());
+    cluster.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_expire_by_ttl_unless_used() {
+    let mut cluster = TestCluster::start_with(1, |c| c.session_ttl = Duration::from_millis(400)).await;
+    let store = cluster.sessions(0);
+    store.create(record("idle")).await.unwrap();
+    store.create(record("busy")).await.unwrap();
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(store.get(&SessionId("busy".into())).await.unwrap().is_some(), "use keeps it alive");
+    }
+    assert!(store.get(&SessionId("idle".into())).await.unwrap().is_none(), "idle session expired");
+    cluster.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peer_requests_without_the_secret_are_refused_and_change_nothing() {
+    let mut cluster = TestCluster::start(1).await;
+    let addr = cluster.members[0].as_ref().unwrap().peer_addr;
+    let before = cluster.node(0).status();
+    let http = reqwest::Client::new();
+    let vote = rmp_serde::to_vec_named(&json!({"vote": {"leader_id": {"term": 99, "node_id": 5}, "committed": false}, "last_log_id": null})).unwrap();
+    for (auth, reason) in [(None, "missing_secret"), (Some("Bearer wrong"), "wrong_secret")] {
+        for path in ["/raft/vote", "/raft/append", "/raft/write", "/admin/status", "/admin/remove"] {
+            let mut request = http.post(format!("http://{addr}{path}")).body(vote.clone());
+            if let Some(auth) = auth {
+                request = request.header("authorization", auth);
+            }
+            let res = request.send().await.unwrap();
+            assert_eq!(res.status(), 401, "{path} with {auth:?}");
+        }
+        assert_eq!(cluster.metrics[0].peer_refused_count(reason), 5);
+    }
+    // Authenticated but malformed: 400, nothing applied.
+    for path in ["/raft/vote", "/raft/append", "/raft/snapshot", "/raft/write"] {
+        let res = http.post(format!("http://{addr}{path}")).bearer_auth(SECRET).body(vec![0xc1, 0x00, 0xff]).send().await.unwrap();
+        assert_eq!(res.status(), 400, "{path}");
+    }
+    let res = http.post(format!("http://{addr}/admin/learners")).bearer_auth(SECRET).body("{").send().await.unwrap();
+    assert_eq!(res.status(), 400);
+    let after = cluster.node(0).status();
+    assert_eq!((before.term, before.leader, before.voters.clone()), (after.term, after.leader, after.voters.clone()));
+    assert_eq!(before.last_log_index, after.last_log_index);
+    cluster.stop_all().await;
+}
