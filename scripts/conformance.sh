@@ -52,10 +52,10 @@ if [[ -z "$URL" ]]; then
         echo "conformance: $BIN missing; building it" >&2
         (cd "$REPO" && cargo build -p switchboard-node --bin switchboard)
     fi
-    read -r PORT MPORT < <(python3 - <<'PY'
+    read -r PORT MPORT PEERPORT < <(python3 - <<'PY'
 import socket
 socks = []
-for _ in range(2):
+for _ in range(3):
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     socks.append(s)
@@ -64,8 +64,9 @@ for s in socks:
     s.close()
 PY
 )
-    echo "conformance: starting switchboard on 127.0.0.1:$PORT (metrics 127.0.0.1:$MPORT)"
+    echo "conformance: starting switchboard on 127.0.0.1:$PORT (metrics $MPORT, peer $PEERPORT; a one-node Raft cluster)"
     "$BIN" serve --tools conformance --listen "127.0.0.1:$PORT" --metrics-listen "127.0.0.1:$MPORT" \
+        --peer-listen "127.0.0.1:$PEERPORT" --data-dir "$WORK/data" \
         </dev/null >"$SERVER_LOG" 2>&1 &
     SERVER_PID=$!
     up=0

@@ -1,9 +1,12 @@
 //! The `switchboard` command line. Every flag has a `SWITCHBOARD_*` environment twin.
 
-use crate::mailbox::InMemoryMailbox;
+use crate::mailbox::{InMemoryMailbox, Mailbox};
 use crate::metrics::Metrics;
+use crate::raft::{ClusterStatus, Member, Membership, RaftNodeConfig, network::PeerClient};
 use crate::server::{Server, ServerBuilder, ServerConfig};
-use crate::session::InMemorySessionStore;
+use crate::session::{InMemorySessionStore, SessionStore};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use crate::tools::ToolSet;
 use crate::transport::{http, stdio};
 use clap::{Args, Parser, Subcommand};
@@ -25,6 +28,53 @@ pub enum Command {
     Serve(ServeArgs),
     /// Run the same server over stdin/stdout (one process, in-memory stores).
     Stdio(CommonArgs),
+    /// Talk to a running cluster through a member's peer port (admin API).
+    Cluster(ClusterArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ClusterArgs {
+    /// Any member's peer address (host:port).
+    #[arg(long, env = "SWITCHBOARD_PEER", global = true, default_value = "127.0.0.1:7070")]
+    pub peer: String,
+    /// File holding the cluster secret the peer port requires.
+    #[arg(long, env = "SWITCHBOARD_CLUSTER_SECRET_FILE", global = true)]
+    pub cluster_secret_file: Option<PathBuf>,
+    #[command(subcommand)]
+    pub action: ClusterAction,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum ClusterAction {
+    /// Print the member's view of the cluster as JSON.
+    Status,
+    /// Add a node as a learner (it replicates but does not vote).
+    AddLearner {
+        #[arg(long)]
+        id: u64,
+        /// The new node's peer address.
+        #[arg(long)]
+        addr: String,
+    },
+    /// Make a caught-up learner a voter.
+    Promote {
+        #[arg(long)]
+        id: u64,
+    },
+    /// Remove a member from the Raft group.
+    Remove {
+        #[arg(long)]
+        id: u64,
+    },
+}
+
+/// Where mailboxes and sessions live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StoreKind {
+    /// Replicated through Raft (durable in --data-dir); a one-node cluster without --peers/--join.
+    Raft,
+    /// This process's memory only (no clustering, nothing survives a restart).
+    Memory,
 }
 
 /// Settings shared by every way of running a server.
@@ -78,11 +128,68 @@ pub struct ServeArgs {
     /// Refuse GET (405) instead of opening a standalone server-to-client stream.
     #[arg(long, env = "SWITCHBOARD_NO_STANDALONE_STREAM")]
     pub no_standalone_stream: bool,
+    /// Where mailboxes and sessions live.
+    #[arg(long, env = "SWITCHBOARD_STORE", value_enum, default_value = "raft")]
+    pub store: StoreKind,
+    /// Address of the peer port (Raft RPCs and the admin API).
+    #[arg(long, env = "SWITCHBOARD_PEER_LISTEN", default_value = "0.0.0.0:7070")]
+    pub peer_listen: SocketAddr,
+    /// The peer address other members reach this node at (default: hostname and peer port).
+    #[arg(long, env = "SWITCHBOARD_ADVERTISE_PEER")]
+    pub advertise_peer: Option<String>,
+    /// Directory of the Raft log, vote and snapshots.
+    #[arg(long, env = "SWITCHBOARD_DATA_DIR", default_value = "switchboard-data")]
+    pub data_dir: PathBuf,
+    /// Initial members of a new cluster: `0=host:7070,1=host:7070,...` (node 0 bootstraps it).
+    #[arg(long, env = "SWITCHBOARD_PEERS", value_parser = parse_peers, conflicts_with = "join")]
+    pub peers: Option<BTreeMap<u64, String>>,
+    /// Join an existing cluster through any member's peer address.
+    #[arg(long, env = "SWITCHBOARD_JOIN")]
+    pub join: Option<String>,
+    /// File holding the shared secret every peer request must carry (required with --peers/--join).
+    #[arg(long, env = "SWITCHBOARD_CLUSTER_SECRET_FILE")]
+    pub cluster_secret_file: Option<PathBuf>,
+    /// Raft heartbeat interval.
+    #[arg(long, env = "SWITCHBOARD_HEARTBEAT_INTERVAL", value_parser = parse_duration, default_value = "100ms")]
+    pub heartbeat_interval: Duration,
+    /// Minimum Raft election timeout (the maximum is twice this); must exceed the heartbeat.
+    #[arg(long, env = "SWITCHBOARD_ELECTION_TIMEOUT", value_parser = parse_duration, default_value = "1s")]
+    pub election_timeout: Duration,
+}
+
+/// Parse `0=host:7070,1=host:7070`.
+pub fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
+    let mut peers = BTreeMap::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, addr) = part.split_once('=').ok_or_else(|| format!("invalid peer {part:?}: expected ID=HOST:PORT"))?;
+        let id: u64 = id.trim().parse().map_err(|_| format!("invalid peer id {id:?} in {part:?}"))?;
+        let addr = addr.trim();
+        if addr.rsplit_once(':').is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err()) {
+            return Err(format!("invalid peer address {addr:?}: expected HOST:PORT"));
+        }
+        if peers.insert(id, addr.to_string()).is_some() {
+            return Err(format!("peer id {id} given twice"));
+        }
+    }
+    if peers.is_empty() {
+        return Err("no peers given".into());
+    }
+    Ok(peers)
 }
 
 /// Errors that stop the command.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
+    #[error("no --node-id given and the hostname {0:?} does not end in an ordinal (needed to join a cluster)")]
+    NodeId(String),
+    #[error("{0}")]
+    Config(String),
+    #[error("could not read {path}: {source}")]
+    ReadFile { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Raft(#[from] crate::raft::RaftStoreError),
+    #[error(transparent)]
+    Peer(#[from] crate::raft::network::PeerError),
     #[error("could not listen on {addr}: {source}")]
     Listen { addr: SocketAddr, source: std::io::Error },
     #[error(transparent)]
@@ -122,7 +229,7 @@ fn init_tracing(format: LogFormat) {
     };
 }
 
-fn build_server(common: &CommonArgs, node_id: u64, metrics: Arc<Metrics>) -> Server {
+fn build_server(common: &CommonArgs, node_id: u64, metrics: Arc<Metrics>, mailbox: Arc<dyn Mailbox>, sessions: Arc<dyn SessionStore>) -> Server {
     let config = ServerConfig {
         node_id,
         elicitation_timeout: common.elicitation_timeout,
@@ -130,7 +237,60 @@ fn build_server(common: &CommonArgs, node_id: u64, metrics: Arc<Metrics>) -> Ser
         page_size: common.page_size as usize,
     };
     let builder = ServerBuilder::new("switchboard", env!("CARGO_PKG_VERSION")).config(config).metrics(metrics);
-    common.tools.register(builder).build(Arc::new(InMemoryMailbox::new()), Arc::new(InMemorySessionStore::new(common.session_ttl)))
+    common.tools.register(builder).build(mailbox, sessions)
+}
+
+fn in_memory(common: &CommonArgs) -> (Arc<dyn Mailbox>, Arc<dyn SessionStore>) {
+    (Arc::new(InMemoryMailbox::new()), Arc::new(InMemorySessionStore::new(common.session_ttl)))
+}
+
+/// A secret from a file (trimmed); refuses an empty one.
+pub fn read_secret(path: &PathBuf) -> Result<String, CliError> {
+    let text = std::fs::read_to_string(path).map_err(|source| CliError::ReadFile { path: path.clone(), source })?;
+    let secret = text.trim().to_string();
+    if secret.is_empty() {
+        return Err(CliError::Config(format!("{} is empty", path.display())));
+    }
+    Ok(secret)
+}
+
+fn hostname() -> String {
+    std::env::var("HOSTNAME").ok().or_else(|| std::fs::read_to_string("/etc/hostname").ok()).unwrap_or_default().trim().to_string()
+}
+
+/// The Raft member configuration `serve` flags describe.
+fn raft_config(args: &ServeArgs, node_id: u64) -> Result<RaftNodeConfig, CliError> {
+    let membership = match (&args.peers, &args.join) {
+        (Some(peers), _) => {
+            if !peers.contains_key(&node_id) {
+                return Err(CliError::Config(format!("--peers does not list this node's id {node_id}")));
+            }
+            Membership::Peers(peers.clone())
+        }
+        (None, Some(join)) => Membership::Join(join.clone()),
+        (None, None) => Membership::Single,
+    };
+    let secret = match (&args.cluster_secret_file, &membership) {
+        (Some(path), _) => read_secret(path)?,
+        (None, Membership::Single) => format!("{:032x}", rand::random::<u128>()),
+        (None, _) => return Err(CliError::Config("--cluster-secret-file is required with --peers or --join".into())),
+    };
+    let advertise = match &args.advertise_peer {
+        Some(a) => a.clone(),
+        None => match &membership {
+            Membership::Peers(peers) => peers[&node_id].clone(),
+            _ => format!("{}:{}", if args.peer_listen.ip().is_unspecified() { hostname() } else { args.peer_listen.ip().to_string() }, args.peer_listen.port()),
+        },
+    };
+    if args.election_timeout <= args.heartbeat_interval {
+        return Err(CliError::Config("--election-timeout must be longer than --heartbeat-interval".into()));
+    }
+    let mut config = RaftNodeConfig::new(node_id, args.data_dir.clone(), advertise, secret);
+    config.membership = membership;
+    config.heartbeat = args.heartbeat_interval;
+    config.election_timeout = args.election_timeout;
+    config.session_ttl = args.common.session_ttl;
+    Ok(config)
 }
 
 async fn shutdown_signal() {
@@ -148,29 +308,52 @@ async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, CliError> {
     tokio::net::TcpListener::bind(addr).await.map_err(|source| CliError::Listen { addr, source })
 }
 
-/// The metrics and health endpoints.
-pub fn metrics_router(metrics: Arc<Metrics>) -> axum::Router {
+/// The metrics and health endpoints. `/readyz` answers 503 until `ready()` holds (a Raft
+/// member is ready once it knows a leader).
+pub fn metrics_router(metrics: Arc<Metrics>, ready: Arc<dyn Fn() -> bool + Send + Sync>) -> axum::Router {
+    use axum::http::StatusCode;
     use axum::routing::get;
     axum::Router::new()
-        .route("/metrics", get(move || { let m = metrics.clone(); async move { m.encode() } }))
+        .route("/metrics", get(move || {
+            let m = metrics.clone();
+            async move { m.encode() }
+        }))
         .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(|| async { "ok" }))
+        .route("/readyz", get(move || {
+            let ready = ready();
+            async move { if ready { (StatusCode::OK, "ready") } else { (StatusCode::SERVICE_UNAVAILABLE, "no Raft leader known yet") } }
+        }))
 }
 
 async fn serve(args: ServeArgs) -> Result<(), CliError> {
+    let clustered = args.peers.is_some() || args.join.is_some();
     let node_id = match args.node_id {
         Some(id) => id,
         None => {
-            let host = std::env::var("HOSTNAME").ok().or_else(|| std::fs::read_to_string("/etc/hostname").ok()).unwrap_or_default();
-            // A lone node needs no particular id; cluster members get theirs from the pod name.
-            ordinal_from_hostname(host.trim()).unwrap_or_else(|| {
-                tracing::info!(hostname = host.trim(), "hostname has no ordinal; running as node 0");
-                0
-            })
+            let host = hostname();
+            match ordinal_from_hostname(&host) {
+                Some(id) => id,
+                None if clustered => return Err(CliError::NodeId(host)),
+                // A lone node needs no particular id.
+                None => 0,
+            }
         }
     };
     let metrics = Arc::new(Metrics::new());
-    let server = build_server(&args.common, node_id, metrics.clone());
+    let (mailbox, sessions, member) = match args.store {
+        StoreKind::Memory => {
+            let (m, s) = in_memory(&args.common);
+            (m, s, None)
+        }
+        StoreKind::Raft => {
+            let config = raft_config(&args, node_id)?;
+            let listener = bind(args.peer_listen).await?;
+            tracing::info!(node_id, peer = %listener.local_addr()?, advertise = %config.advertise, data_dir = %config.data_dir.display(), "starting Raft member");
+            let member = Member::start(config, listener, metrics.clone()).await?;
+            (Arc::new(member.mailbox()) as Arc<dyn Mailbox>, Arc::new(member.sessions()) as Arc<dyn SessionStore>, Some(member))
+        }
+    };
+    let server = build_server(&args.common, node_id, metrics.clone(), mailbox, sessions);
     let config = http::HttpConfig {
         max_body_bytes: args.max_body_bytes,
         allowed_hosts: args.allowed_hosts.clone(),
@@ -180,9 +363,31 @@ async fn serve(args: ServeArgs) -> Result<(), CliError> {
     let mcp = bind(args.listen).await?;
     let metrics_listener = bind(args.metrics_listen).await?;
     tracing::info!(node_id, listen = %mcp.local_addr()?, metrics = %metrics_listener.local_addr()?, "switchboard node serving MCP at /mcp");
-    let metrics_task = tokio::spawn(http::serve(metrics_listener, metrics_router(metrics), shutdown_signal()));
+    let ready_node = member.as_ref().map(|m| m.node.clone());
+    let ready = Arc::new(move || ready_node.as_ref().is_none_or(|n| n.leader_id().is_some()));
+    let metrics_task = tokio::spawn(http::serve(metrics_listener, metrics_router(metrics, ready), shutdown_signal()));
     http::serve(mcp, http::router(server, config), shutdown_signal()).await?;
     metrics_task.abort();
+    if let Some(member) = member {
+        member.stop().await;
+    }
+    Ok(())
+}
+
+async fn cluster(args: ClusterArgs) -> Result<(), CliError> {
+    let secret = match &args.cluster_secret_file {
+        Some(path) => read_secret(path)?,
+        None => return Err(CliError::Config("--cluster-secret-file is required to talk to the peer port".into())),
+    };
+    let client = PeerClient::new(secret, None);
+    use crate::raft::network as net;
+    let reply: serde_json::Value = match args.action {
+        ClusterAction::Status => serde_json::to_value(client.admin::<ClusterStatus>(&args.peer, net::STATUS, None).await?).expect("status serializes"),
+        ClusterAction::AddLearner { id, addr } => client.admin(&args.peer, net::LEARNERS, Some(&serde_json::json!({"id": id, "addr": addr}))).await?,
+        ClusterAction::Promote { id } => client.admin(&args.peer, net::PROMOTE, Some(&serde_json::json!({"id": id}))).await?,
+        ClusterAction::Remove { id } => client.admin(&args.peer, net::REMOVE, Some(&serde_json::json!({"id": id}))).await?,
+    };
+    println!("{}", serde_json::to_string_pretty(&reply).expect("JSON prints"));
     Ok(())
 }
 
@@ -192,9 +397,11 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             init_tracing(args.common.log_format);
             serve(args).await
         }
+        Command::Cluster(args) => cluster(args).await,
         Command::Stdio(common) => {
             init_tracing(common.log_format);
-            let server = build_server(&common, 0, Arc::new(Metrics::new()));
+            let (mailbox, sessions) = in_memory(&common);
+            let server = build_server(&common, 0, Arc::new(Metrics::new()), mailbox, sessions);
             let stdin = tokio::io::BufReader::new(tokio::io::stdin());
             Ok(stdio::run(server, stdin, tokio::io::stdout()).await?)
         }
@@ -234,6 +441,16 @@ mod tests {
         assert_eq!(ordinal_from_hostname("demo-2"), Some(2));
         assert_eq!(ordinal_from_hostname("my-server-10"), Some(10));
         assert_eq!(ordinal_from_hostname("laptop"), None);
+    }
+
+    #[test]
+    fn peers() {
+        let peers = parse_peers("0=a:7070, 1=b.svc:7070,2=[::1]:7070").unwrap();
+        assert_eq!(peers[&1], "b.svc:7070");
+        assert_eq!(peers.len(), 3);
+        for bad in ["", "0", "x=a:1", "0=a", "0=a:port", "0=:7070", "0=a:1,0=b:1"] {
+            assert!(parse_peers(bad).is_err(), "{bad:?} should be refused");
+        }
     }
 
     #[test]

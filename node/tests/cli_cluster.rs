@@ -1,0 +1,113 @@
+//! Real `switchboard serve` processes forming a cluster from their flags, a fourth joining with
+//! `--join`, inspected with `switchboard cluster status`, and a restart from the data directory.
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::process::{Child, Command};
+
+const BIN: &str = env!("CARGO_BIN_EXE_switchboard");
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+struct Node {
+    child: Child,
+    peer: String,
+}
+
+fn spawn(id: u64, dir: &Path, secret: &Path, membership: &[&str], peer_port: u16) -> Node {
+    let child = Command::new(BIN)
+        .args(["serve", "--node-id", &id.to_string()])
+        .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+        .args(["--metrics-listen", &format!("127.0.0.1:{}", free_port())])
+        .args(["--peer-listen", &format!("127.0.0.1:{peer_port}")])
+        .arg("--data-dir")
+        .arg(dir.join(format!("node-{id}")))
+        .arg("--cluster-secret-file")
+        .arg(secret)
+        .args(["--heartbeat-interval", "50ms", "--election-timeout", "300ms"])
+        .args(membership)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    Node { child, peer: format!("127.0.0.1:{peer_port}") }
+}
+
+async fn status(peer: &str, secret: &Path) -> Option<Value> {
+    let out = Command::new(BIN).args(["cluster", "--peer", peer, "--cluster-secret-file"]).arg(secret).arg("status").output().await.unwrap();
+    out.status.success().then(|| serde_json::from_slice(&out.stdout).unwrap())
+}
+
+/// Poll `cluster status` on `peer` until `check` holds.
+async fn wait_until(peer: &str, secret: &Path, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(s) = status(peer, secret).await
+            && check(&s)
+        {
+            return s;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn processes_form_a_cluster_a_node_joins_and_one_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "s3cret\n").unwrap();
+    let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
+    let peers = (0..3).map(|i| format!("{i}=127.0.0.1:{}", ports[i])).collect::<Vec<_>>().join(",");
+    let mut nodes: Vec<Node> = (0..3).map(|i| spawn(i as u64, dir.path(), &secret, &["--peers", &peers], ports[i])).collect();
+
+    let s = wait_until(&nodes[2].peer, &secret, "three voters and a leader", |s| {
+        s["voters"].as_array().map(Vec::len) == Some(3) && !s["leader"].is_null()
+    })
+    .await;
+    assert_eq!(s["node_id"], 2);
+
+    // A fourth node joins through a follower's address and ends up a voter.
+    let joiner = format!("127.0.0.1:{}", ports[1]);
+    nodes.push(spawn(3, dir.path(), &secret, &["--join", &joiner], ports[3]));
+    wait_until(&nodes[0].peer, &secret, "the fourth voter", |s| s["voters"].as_array().map(Vec::len) == Some(4)).await;
+
+    // Wrong secret: refused with a clear error.
+    let wrong = dir.path().join("wrong");
+    std::fs::write(&wrong, "nope").unwrap();
+    let out = Command::new(BIN).args(["cluster", "--peer", &nodes[0].peer, "--cluster-secret-file"]).arg(&wrong).arg("status").output().await.unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("401"), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // Remove node 3 through the admin API, then restart node 1 from its data directory.
+    let out = Command::new(BIN).args(["cluster", "--peer", &nodes[2].peer, "--cluster-secret-file"]).arg(&secret).args(["remove", "--id", "3"]).output().await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait_until(&nodes[0].peer, &secret, "three voters again", |s| s["voters"].as_array().map(Vec::len) == Some(3)).await;
+    nodes[1].child.kill().await.unwrap();
+    nodes[1] = spawn(1, dir.path(), &secret, &["--peers", &peers], ports[1]);
+    let s = wait_until(&nodes[1].peer, &secret, "node 1 back with a leader", |s| !s["leader"].is_null()).await;
+    assert_eq!(s["voters"], serde_json::json!([0, 1, 2]));
+}
+
+#[tokio::test]
+async fn bad_flags_are_refused_with_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, expected) in [
+        (vec!["serve", "--peers", "0=a"], "expected HOST:PORT"),
+        (vec!["serve", "--node-id", "5", "--peers", "0=127.0.0.1:1"], "does not list this node's id 5"),
+        (vec!["serve", "--node-id", "0", "--peers", "0=127.0.0.1:1"], "--cluster-secret-file is required"),
+        (vec!["serve", "--elicitation-timeout", "soon"], "invalid duration"),
+        (vec!["serve", "--heartbeat-interval", "2s", "--election-timeout", "1s", "--node-id", "0"], "must be longer"),
+        (vec!["cluster", "status"], "--cluster-secret-file is required"),
+    ] {
+        let out = Command::new(BIN).args(&args).current_dir(dir.path()).output().await.unwrap();
+        assert!(!out.status.success(), "{args:?} should fail");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}
