@@ -38,16 +38,27 @@ impl LogStore {
         Ok(LogStore { db: Arc::new(db) })
     }
 
-    /// Run a blocking redb write off the async workers, then fsync it (commit).
-    async fn write(&self, f: impl FnOnce(&redb::WriteTransaction) -> Result<(), redb::Error> + Send + 'static) -> io::Result<()> {
+    /// Run a blocking redb write off the async workers and commit it; `durable` fsyncs it.
+    async fn write_with(
+        &self,
+        durable: bool,
+        f: impl FnOnce(&redb::WriteTransaction) -> Result<(), redb::Error> + Send + 'static,
+    ) -> io::Result<()> {
         let db = self.db.clone();
         tokio::task::spawn_blocking(move || {
-            let txn = db.begin_write().map_err(io_error)?;
+            let mut txn = db.begin_write().map_err(io_error)?;
+            if !durable {
+                txn.set_durability(redb::Durability::None).map_err(io_error)?;
+            }
             f(&txn).map_err(io_error)?;
             txn.commit().map_err(io_error)
         })
         .await
         .map_err(io_error)?
+    }
+
+    async fn write(&self, f: impl FnOnce(&redb::WriteTransaction) -> Result<(), redb::Error> + Send + 'static) -> io::Result<()> {
+        self.write_with(true, f).await
     }
 
     fn read_meta<T: serde::de::DeserializeOwned>(&self, key: &str) -> io::Result<Option<T>> {
@@ -59,9 +70,9 @@ impl LogStore {
         }
     }
 
-    async fn write_meta<T: serde::Serialize>(&self, key: &'static str, value: &T) -> io::Result<()> {
+    async fn write_meta<T: serde::Serialize>(&self, key: &'static str, value: &T, durable: bool) -> io::Result<()> {
         let bytes = encode(value);
-        self.write(move |txn| {
+        self.write_with(durable, move |txn| {
             txn.open_table(META)?.insert(key, bytes.as_slice())?;
             Ok(())
         })
@@ -115,11 +126,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> io::Result<()> {
-        self.write_meta(VOTE, vote).await
+        self.write_meta(VOTE, vote, true).await
     }
 
+    /// Not fsynced on its own: it rides along with the next durable append. A committed index
+    /// that is stale after a crash only means fewer entries re-applied at start-up; it is never
+    /// ahead of the truth.
     async fn save_committed(&mut self, committed: Option<LogId>) -> io::Result<()> {
-        self.write_meta(COMMITTED, &committed).await
+        self.write_meta(COMMITTED, &committed, false).await
     }
 
     async fn read_committed(&mut self) -> io::Result<Option<LogId>> {

@@ -341,15 +341,10 @@ impl RaftNode {
 
     /// Wait until this node has applied `index` (read-your-writes after a forwarded write).
     async fn wait_applied(&self, index: u64) -> Result<(), RaftStoreError> {
-        if self.sm.last_applied_index().is_some_and(|applied| applied >= index) {
+        if self.sm.applied_at_least(index, self.config.write_timeout).await {
             return Ok(());
         }
-        self.raft
-            .wait(Some(self.config.write_timeout))
-            .applied_index_at_least(Some(index), "read your write")
-            .await
-            .map(|_| ())
-            .map_err(|e| RaftStoreError::Unavailable(e.to_string()))
+        Err(RaftStoreError::Unavailable(format!("entry {index} not applied here within {:?}", self.config.write_timeout)))
     }
 
     /// The leader's read index: a log position covering every write committed before the call.

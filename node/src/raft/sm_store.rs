@@ -28,6 +28,8 @@ struct Inner {
 #[derive(Clone)]
 pub struct StateMachineStore {
     inner: Arc<Mutex<Inner>>,
+    /// The last applied log index, for waiting on local application without polling.
+    applied: Arc<watch::Sender<u64>>,
     dir: PathBuf,
 }
 
@@ -76,7 +78,8 @@ impl StateMachineStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        Ok(StateMachineStore { inner: Arc::new(Mutex::new(inner)), dir: dir.to_path_buf() })
+        let applied = Arc::new(watch::channel(inner.last_applied.map(|id| id.index).unwrap_or(0)).0);
+        Ok(StateMachineStore { inner: Arc::new(Mutex::new(inner)), applied, dir: dir.to_path_buf() })
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -88,8 +91,10 @@ impl StateMachineStore {
         f(&self.lock().sm)
     }
 
-    pub fn last_applied_index(&self) -> Option<u64> {
-        self.lock().last_applied.map(|id| id.index)
+    /// Resolve once this replica has applied `index` (or `timeout` passes: `false`).
+    pub async fn applied_at_least(&self, index: u64, timeout: std::time::Duration) -> bool {
+        let mut rx = self.applied.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|applied| *applied >= index)).await.is_ok_and(|r| r.is_ok())
     }
 
     /// The mailbox's outcome if settled; otherwise park a waiter (registered under the same lock
@@ -181,6 +186,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     }
                 }
             };
+            self.applied.send_replace(entry.log_id.index);
             if let Some(responder) = responder {
                 responder.send(response);
             }
@@ -202,6 +208,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         inner.last_applied = meta.last_log_id;
         inner.last_membership = meta.last_membership.clone();
         inner.current_snapshot = Some((meta.clone(), snapshot));
+        self.applied.send_replace(meta.last_log_id.map(|id| id.index).unwrap_or(0));
         // Waiters whose mailbox arrived settled in the snapshot wake now.
         let keys: Vec<MailboxKey> = inner.waiters.keys().cloned().collect();
         for key in keys {

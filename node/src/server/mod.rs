@@ -249,9 +249,12 @@ impl Server {
             cancel: cancel.clone(),
         };
         tokio::spawn(async move {
+            // Biased: once the client cancelled, no response goes out even if the handler
+            // finished in the same instant.
             let response = tokio::select! {
-                r = server.dispatch(ctx, &method, params.unwrap_or_else(|| json!({}))) => Some(r),
+                biased;
                 _ = cancel.cancelled() => None,
+                r = server.dispatch(ctx, &method, params.unwrap_or_else(|| json!({}))) => Some(r),
             };
             local.running.lock().unwrap().remove(&id);
             match response {

@@ -46,6 +46,8 @@ impl Proxy {
                 let (sources, hole) = (sources.clone(), hole.clone());
                 tokio::spawn(async move {
                     let Ok(outbound) = TcpStream::connect(target).await else { return };
+                    // Small writes must not wait for delayed ACKs (Nagle), or every batch stalls ~40 ms.
+                    let _ = (inbound.set_nodelay(true), outbound.set_nodelay(true));
                     let (mut ri, mut wi) = inbound.into_split();
                     let (mut ro, mut wo) = outbound.into_split();
                     let cut = async move {
