@@ -7,6 +7,7 @@
 //! - [`network`] and [`peer_api`]: the peer port, client and server side.
 //! - [`node`]: one member, and the `Mailbox`/`SessionStore` implementations over it.
 
+mod forwarder;
 pub mod log_store;
 pub mod network;
 pub mod node;

@@ -105,8 +105,9 @@ impl PeerClient {
         serde_json::from_slice(&bytes).map_err(|e| PeerError::Decode { addr: addr.into(), reason: e.to_string() })
     }
 
-    pub async fn forward_write(&self, addr: &str, write: &ForwardedWrite, timeout: Duration) -> Result<WriteReply, PeerError> {
-        self.rpc(addr, WRITE, write, timeout).await
+    /// Hand a batch of writes to the leader; one reply per write, in order.
+    pub async fn forward_writes(&self, addr: &str, writes: &[&ForwardedWrite], timeout: Duration) -> Result<Vec<WriteReply>, PeerError> {
+        self.rpc(addr, WRITE, &writes, timeout).await
     }
 
     pub async fn read_index(&self, addr: &str, timeout: Duration) -> Result<ReadIndexReply, PeerError> {

@@ -3,6 +3,7 @@
 //! reads. It is also the replicated [`Mailbox`] and [`SessionStore`].
 
 use super::log_store::LogStore;
+use super::forwarder::Forwarder;
 use super::network::{ForwardedWrite, NetworkFactory, PeerClient, PeerError, Refusal, WriteReply};
 use super::sm_store::{StateMachineStore, Watch};
 use super::state_machine::{Command, Millis, Request, Response, WriteId};
@@ -115,6 +116,7 @@ pub struct RaftNode {
     pub raft: Raft,
     pub sm: StateMachineStore,
     pub client: PeerClient,
+    forwarder: Forwarder,
     config: RaftNodeConfig,
     serial: AtomicU64,
     metrics: Arc<Metrics>,
@@ -151,6 +153,8 @@ impl RaftNode {
             heartbeat_interval: config.heartbeat.as_millis() as u64,
             election_timeout_min: config.election_timeout.as_millis() as u64,
             election_timeout_max: 2 * config.election_timeout.as_millis() as u64,
+            // Followers receive entries while the leader fsyncs its own copy.
+            broadcast_submitted_on_append: Some(true),
             install_snapshot_timeout: 10_000,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
             max_in_snapshot_log_to_keep: config.keep_logs,
@@ -170,6 +174,7 @@ impl RaftNode {
             id: config.node_id,
             raft,
             sm,
+            forwarder: Forwarder::start(client.clone()),
             client,
             // Random start: a restarted node must not reuse serials still in the dedup window.
             serial: AtomicU64::new(rand::random::<u64>() >> 1),
@@ -318,7 +323,7 @@ impl RaftNode {
                 Some((_, addr)) => {
                     let forwarded = ForwardedWrite { write, command: command.clone() };
                     let remaining = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(10));
-                    self.client.forward_write(&addr, &forwarded, remaining).await.unwrap_or_else(|e| Err(Refusal::Unavailable(e.to_string())))
+                    self.forwarder.forward(addr, forwarded, remaining).await.unwrap_or_else(|e| Err(Refusal::Unavailable(e.to_string())))
                 }
                 None => Err(Refusal::Unavailable("no leader elected".into())),
             };

@@ -103,12 +103,14 @@ async fn snapshot(State(s): State<PeerState>, bytes: Bytes) -> Response {
 }
 
 async fn write(State(s): State<PeerState>, bytes: Bytes) -> Response {
-    let forwarded: ForwardedWrite = match body(&bytes, "forwarded write") {
+    let forwarded: Vec<ForwardedWrite> = match body(&bytes, "forwarded writes") {
         Ok(w) => w,
         Err(r) => return r,
     };
-    let reply: WriteReply = s.node.write_as_leader(Some(forwarded.write), forwarded.command).await;
-    msgpack(&reply)
+    // Proposed concurrently, so openraft commits the batch together.
+    let replies: Vec<WriteReply> =
+        futures::future::join_all(forwarded.into_iter().map(|w| s.node.write_as_leader(Some(w.write), w.command))).await;
+    msgpack(&replies)
 }
 
 async fn read_index(State(s): State<PeerState>) -> Response {
