@@ -3,6 +3,7 @@
 use crate::mailbox::{InMemoryMailbox, Mailbox};
 use crate::metrics::Metrics;
 use crate::raft::{ClusterStatus, Member, Membership, RaftNodeConfig, network::PeerClient};
+use crate::server::correlation::IdSealer;
 use crate::server::{Server, ServerBuilder, ServerConfig};
 use crate::session::{InMemorySessionStore, SessionStore};
 use std::collections::BTreeMap;
@@ -149,6 +150,10 @@ pub struct ServeArgs {
     /// File holding the shared secret every peer request must carry (required with --peers/--join).
     #[arg(long, env = "SWITCHBOARD_CLUSTER_SECRET_FILE")]
     pub cluster_secret_file: Option<PathBuf>,
+    /// File holding the 256-bit key (64 hex digits) request and event ids are sealed with; every
+    /// replica must share it (required with --peers/--join).
+    #[arg(long, env = "SWITCHBOARD_ENCRYPTION_KEY_FILE")]
+    pub encryption_key_file: Option<PathBuf>,
     /// Raft heartbeat interval.
     #[arg(long, env = "SWITCHBOARD_HEARTBEAT_INTERVAL", value_parser = parse_duration, default_value = "100ms")]
     pub heartbeat_interval: Duration,
@@ -229,14 +234,21 @@ fn init_tracing(format: LogFormat) {
     };
 }
 
-fn build_server(common: &CommonArgs, node_id: u64, metrics: Arc<Metrics>, mailbox: Arc<dyn Mailbox>, sessions: Arc<dyn SessionStore>) -> Server {
+fn build_server(
+    common: &CommonArgs,
+    node_id: u64,
+    metrics: Arc<Metrics>,
+    sealer: Arc<IdSealer>,
+    mailbox: Arc<dyn Mailbox>,
+    sessions: Arc<dyn SessionStore>,
+) -> Server {
     let config = ServerConfig {
         node_id,
         elicitation_timeout: common.elicitation_timeout,
         sampling_timeout: common.sampling_timeout,
         page_size: common.page_size as usize,
     };
-    let builder = ServerBuilder::new("switchboard", env!("CARGO_PKG_VERSION")).config(config).metrics(metrics);
+    let builder = ServerBuilder::new("switchboard", env!("CARGO_PKG_VERSION")).config(config).metrics(metrics).id_sealer(sealer);
     common.tools.register(builder).build(mailbox, sessions)
 }
 
@@ -339,6 +351,15 @@ async fn serve(args: ServeArgs) -> Result<(), CliError> {
             }
         }
     };
+    let sealer = match &args.encryption_key_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| CliError::ReadFile { path: path.clone(), source })?;
+            IdSealer::from_text(&text).map_err(|e| CliError::Config(format!("{}: {e}", path.display())))?
+        }
+        None if clustered => return Err(CliError::Config("--encryption-key-file is required with --peers or --join (every replica must share the key)".into())),
+        // A lone node: ids only ever come back to this process.
+        None => IdSealer::random(),
+    };
     let metrics = Arc::new(Metrics::new());
     let (mailbox, sessions, member) = match args.store {
         StoreKind::Memory => {
@@ -353,7 +374,7 @@ async fn serve(args: ServeArgs) -> Result<(), CliError> {
             (Arc::new(member.mailbox()) as Arc<dyn Mailbox>, Arc::new(member.sessions()) as Arc<dyn SessionStore>, Some(member))
         }
     };
-    let server = build_server(&args.common, node_id, metrics.clone(), mailbox, sessions);
+    let server = build_server(&args.common, node_id, metrics.clone(), Arc::new(sealer), mailbox, sessions);
     let config = http::HttpConfig {
         max_body_bytes: args.max_body_bytes,
         allowed_hosts: args.allowed_hosts.clone(),
@@ -401,7 +422,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Stdio(common) => {
             init_tracing(common.log_format);
             let (mailbox, sessions) = in_memory(&common);
-            let server = build_server(&common, 0, Arc::new(Metrics::new()), mailbox, sessions);
+            let server = build_server(&common, 0, Arc::new(Metrics::new()), Arc::new(IdSealer::random()), mailbox, sessions);
             let stdin = tokio::io::BufReader::new(tokio::io::stdin());
             Ok(stdio::run(server, stdin, tokio::io::stdout()).await?)
         }

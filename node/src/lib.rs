@@ -9,6 +9,7 @@
 //! - [`cli`]: the `switchboard` command.
 
 pub mod cli;
+pub mod clock;
 pub mod mailbox;
 pub mod metrics;
 pub mod protocol;

@@ -38,6 +38,7 @@ pub struct Metrics {
     raft_committed: Gauge,
     raft_applied: Gauge,
     mailboxes_pending: Gauge,
+    answers_delivered: Counter,
 }
 
 impl Default for Metrics {
@@ -66,6 +67,8 @@ impl Metrics {
         registry.register("raft_committed_index", "Last committed log index", raft_committed.clone());
         registry.register("raft_applied_index", "Last applied log index", raft_applied.clone());
         registry.register("mailboxes_pending", "Mailboxes waiting for an answer", mailboxes_pending.clone());
+        let answers_delivered = Counter::default();
+        registry.register("answers_delivered", "Client answers this node received and delivered to a mailbox", answers_delivered.clone());
         Metrics {
             registry: Mutex::new(registry),
             outcomes,
@@ -78,6 +81,7 @@ impl Metrics {
             raft_committed,
             raft_applied,
             mailboxes_pending,
+            answers_delivered,
         }
     }
 
@@ -95,6 +99,10 @@ impl Metrics {
 
     pub fn orphan_count(&self, reason: &'static str) -> u64 {
         self.orphans.get_or_create(&Reason { reason }).get()
+    }
+
+    pub fn answer_delivered(&self) {
+        self.answers_delivered.inc();
     }
 
     pub fn peer_refused(&self, reason: &'static str) {

@@ -28,6 +28,8 @@ fn spawn(id: u64, dir: &Path, secret: &Path, membership: &[&str], peer_port: u16
         .arg(dir.join(format!("node-{id}")))
         .arg("--cluster-secret-file")
         .arg(secret)
+        .arg("--encryption-key-file")
+        .arg(secret.with_file_name("key"))
         .args(["--heartbeat-interval", "50ms", "--election-timeout", "300ms"])
         .args(membership)
         .stdout(Stdio::null())
@@ -62,6 +64,7 @@ async fn processes_form_a_cluster_a_node_joins_and_one_restarts() {
     let dir = tempfile::tempdir().unwrap();
     let secret = dir.path().join("secret");
     std::fs::write(&secret, "s3cret\n").unwrap();
+    std::fs::write(dir.path().join("key"), "ab".repeat(32)).unwrap();
     let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
     let peers = (0..3).map(|i| format!("{i}=127.0.0.1:{}", ports[i])).collect::<Vec<_>>().join(",");
     let mut nodes: Vec<Node> = (0..3).map(|i| spawn(i as u64, dir.path(), &secret, &["--peers", &peers], ports[i])).collect();
@@ -97,10 +100,14 @@ async fn processes_form_a_cluster_a_node_joins_and_one_restarts() {
 #[tokio::test]
 async fn bad_flags_are_refused_with_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("key"), "ab".repeat(32)).unwrap();
+    std::fs::write(dir.path().join("short-key"), "abcd").unwrap();
     for (args, expected) in [
         (vec!["serve", "--peers", "0=a"], "expected HOST:PORT"),
-        (vec!["serve", "--node-id", "5", "--peers", "0=127.0.0.1:1"], "does not list this node's id 5"),
-        (vec!["serve", "--node-id", "0", "--peers", "0=127.0.0.1:1"], "--cluster-secret-file is required"),
+        (vec!["serve", "--node-id", "5", "--peers", "0=127.0.0.1:1", "--encryption-key-file", "key"], "does not list this node's id 5"),
+        (vec!["serve", "--node-id", "0", "--encryption-key-file", "short-key"], "invalid id-encryption key"),
+        (vec!["serve", "--node-id", "0", "--encryption-key-file", "missing"], "could not read missing"),
+        (vec!["serve", "--node-id", "0", "--peers", "0=127.0.0.1:1"], "--encryption-key-file is required"),
         (vec!["serve", "--elicitation-timeout", "soon"], "invalid duration"),
         (vec!["serve", "--heartbeat-interval", "2s", "--election-timeout", "1s", "--node-id", "0"], "must be longer"),
         (vec!["cluster", "status"], "--cluster-secret-file is required"),

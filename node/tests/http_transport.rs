@@ -131,9 +131,58 @@ async fn notifications_and_client_responses_get_202_without_body() {
         assert_eq!(res.status(), 202, "{body}");
         assert!(res.text().await.unwrap().is_empty());
     }
-    // Answers nobody waits for are counted, not delivered.
-    assert_eq!(srv.server.metrics().orphan_count("unknown"), 1);
-    assert_eq!(srv.server.metrics().orphan_count("foreign_id"), 1);
+    // Answers that are not ours are counted, not delivered.
+    assert_eq!(srv.server.metrics().orphan_count("foreign_id"), 2);
+}
+
+/// Read a tools/call SSE stream up to the server-to-client request it carries.
+async fn read_until_request(res: &mut reqwest::Response, buffer: &mut String) -> Value {
+    loop {
+        for event in read_events(res, 1, buffer).await {
+            if event.data.is_empty() {
+                continue;
+            }
+            let message: Value = serde_json::from_str(&event.data).unwrap();
+            if message.get("method").is_some() && message.get("id").is_some() {
+                return message;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn forged_and_cross_session_answers_are_dropped_and_the_real_one_wins() {
+    let srv = start_default().await;
+    let mut owner = RawClient::new(&srv.url);
+    owner.initialize().await;
+    let mut stranger = RawClient::new(&srv.url);
+    stranger.initialize().await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "confirm", "arguments": {"action": "ship"}}});
+    let mut res = owner.post(call.to_string()).send().await.unwrap();
+    let mut buffer = String::new();
+    let request = read_until_request(&mut res, &mut buffer).await;
+    assert_eq!(request["method"], "elicitation/create");
+    let id = request["id"].as_str().unwrap().to_string();
+    assert!(id.starts_with("sb1."), "sealed id: {id}");
+
+    let answer = |id: &str| json!({"jsonrpc": "2.0", "id": id, "result": {"action": "accept", "content": {"confirm": true}}}).to_string();
+    let mut tampered = id.clone().into_bytes();
+    // A character inside the ciphertext (the last one may only carry padding bits).
+    let inside = tampered.len() - 10;
+    tampered[inside] = if tampered[inside] == b'A' { b'B' } else { b'A' };
+    let tampered = String::from_utf8(tampered).unwrap();
+    assert_eq!(owner.post(answer(&tampered)).send().await.unwrap().status(), 202);
+    assert_eq!(stranger.post(answer(&id)).send().await.unwrap().status(), 202);
+    assert_eq!(srv.server.metrics().orphan_count("tampered"), 1);
+    assert_eq!(srv.server.metrics().orphan_count("wrong_session"), 1);
+
+    assert_eq!(owner.post(answer(&id)).send().await.unwrap().status(), 202);
+    let rest = read_events(&mut res, usize::MAX, &mut buffer).await;
+    let result: Value = serde_json::from_str(&rest.last().unwrap().data).unwrap();
+    assert_eq!(result["result"]["structuredContent"]["answer"], "confirmed");
+    // A second copy of the real answer is a counted duplicate.
+    assert_eq!(owner.post(answer(&id)).send().await.unwrap().status(), 202);
+    assert_eq!(srv.server.metrics().orphan_count("deleted") + srv.server.metrics().orphan_count("duplicate"), 1);
 }
 
 #[tokio::test]

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// How a node finds its cluster.
 #[derive(Debug, Clone, PartialEq)]
@@ -107,9 +107,7 @@ impl From<RaftStoreError> for SessionError {
     }
 }
 
-pub fn now_ms() -> Millis {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as Millis).unwrap_or(0)
-}
+pub use crate::clock::now_ms;
 
 pub struct RaftNode {
     pub id: NodeId,

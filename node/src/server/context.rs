@@ -193,9 +193,11 @@ impl RequestContext {
         let server = &self.server;
         let timeout = server.timeout(kind);
         let key = MailboxKey::random();
-        server.mailbox().create(&key, server.node_id(), timeout + MAILBOX_GRACE).await?;
-        let id = correlation::request_id(&key);
-        tracing::debug!(%key, %kind, session = %self.session.id, "server-to-client request sent");
+        let ttl = timeout + MAILBOX_GRACE;
+        server.mailbox().create(&key, server.node_id(), ttl).await?;
+        let sealed = correlation::SealedRequest { key: key.clone(), owner: server.node_id(), deadline_ms: crate::clock::now_ms() + ttl.as_millis() as u64 };
+        let id = server.sealer().seal_request(&sealed, self.session.id.as_str());
+        tracing::info!(%key, %kind, session = %self.session.id, "server-to-client request sent; parked");
         if let Err(e) = self.send(Message::request(id.clone(), method, params)) {
             server.mailbox().delete(&key).await?;
             return Err(e);
@@ -211,6 +213,7 @@ impl RequestContext {
         server.metrics().observe_wait(kind, started.elapsed());
         match outcome {
             WaitOutcome::Delivered(answer) => {
+                tracing::info!(%key, %kind, waited_ms = started.elapsed().as_millis() as u64, "answer arrived; resuming");
                 server.metrics().outcome(kind, "delivered");
                 match Message::from_delivered(answer) {
                     Some(Message::Response { result, .. }) => Ok(result),

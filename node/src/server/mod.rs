@@ -67,6 +67,7 @@ struct Registry {
 
 struct Inner {
     info: Implementation,
+    sealer: Arc<correlation::IdSealer>,
     instructions: Option<String>,
     config: ServerConfig,
     registry: RwLock<Registry>,
@@ -85,6 +86,7 @@ pub struct Server {
 /// Builds a [`Server`]: identity, offerings, and the stores it correlates through.
 pub struct ServerBuilder {
     info: Implementation,
+    sealer: Option<Arc<correlation::IdSealer>>,
     instructions: Option<String>,
     config: ServerConfig,
     registry: Registry,
@@ -95,6 +97,7 @@ impl ServerBuilder {
     pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
         ServerBuilder {
             info: Implementation { name: name.into(), version: version.into(), title: None },
+            sealer: None,
             instructions: None,
             config: ServerConfig::default(),
             registry: Registry::default(),
@@ -107,6 +110,12 @@ impl ServerBuilder {
     }
     pub fn config(mut self, config: ServerConfig) -> Self {
         self.config = config;
+        self
+    }
+    /// The key ids are sealed with; every replica of a cluster must share it. Without one, a
+    /// random key is used (fine for a single process).
+    pub fn id_sealer(mut self, sealer: Arc<correlation::IdSealer>) -> Self {
+        self.sealer = Some(sealer);
         self
     }
     pub fn metrics(mut self, metrics: Arc<Metrics>) -> Self {
@@ -129,6 +138,7 @@ impl ServerBuilder {
         Server {
             inner: Arc::new(Inner {
                 info: self.info,
+                sealer: self.sealer.unwrap_or_else(|| Arc::new(correlation::IdSealer::random())),
                 instructions: self.instructions,
                 config: self.config,
                 registry: RwLock::new(self.registry),
@@ -163,6 +173,9 @@ impl Server {
     }
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.inner.metrics
+    }
+    pub fn sealer(&self) -> &Arc<correlation::IdSealer> {
+        &self.inner.sealer
     }
     pub(crate) fn timeout(&self, kind: RequestKind) -> Duration {
         match kind {
@@ -285,12 +298,18 @@ impl Server {
             Message::Response { id, .. } | Message::Error { id: Some(id), .. } => id.clone(),
             _ => return self.inner.metrics.orphan("no_id"),
         };
-        let key = match correlation::mailbox_key(&id) {
-            Ok(key) => key,
-            Err(reason) => return self.inner.metrics.orphan(reason),
+        let key = match self.inner.sealer.open_request(&id, session.id.as_str(), crate::clock::now_ms()) {
+            Ok(sealed) => sealed.key,
+            Err(e) => {
+                tracing::info!(session = %session.id, reason = e.label(), "client answer refused: {e}");
+                return self.inner.metrics.orphan(e.label());
+            }
         };
         match self.inner.mailbox.deliver(&key, message.to_value()).await {
-            Ok(DeliverOutcome::Delivered) => tracing::debug!(%key, session = %session.id, "client answer delivered"),
+            Ok(DeliverOutcome::Delivered) => {
+                tracing::info!(%key, session = %session.id, node = self.node_id(), "client answer delivered");
+                self.inner.metrics.answer_delivered();
+            }
             Ok(outcome) => {
                 tracing::info!(%key, session = %session.id, outcome = outcome.label(), "client answer dropped");
                 self.inner.metrics.orphan(outcome.label());

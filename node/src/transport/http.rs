@@ -1,6 +1,6 @@
 //! Streamable HTTP transport: one endpoint, POST/GET/DELETE, JSON or SSE chosen lazily.
 
-use super::sse::{EventId, EventLog, StreamRegistry, pump};
+use super::sse::{EventLog, StreamRegistry, pump};
 use crate::protocol::jsonrpc::{self, ErrorObject, Message};
 use crate::protocol::types::is_supported_version;
 use crate::server::{Outgoing, Server, SessionLookupError};
@@ -63,7 +63,7 @@ type Shared = Arc<HttpState>;
 
 /// The MCP endpoint as an axum router.
 pub fn router(server: Server, config: HttpConfig) -> Router {
-    let streams = StreamRegistry::new(server.node_id(), config.stream_retention, config.stream_capacity);
+    let streams = StreamRegistry::new(server.node_id(), server.sealer().clone(), config.stream_retention, config.stream_capacity);
     let node = HeaderValue::from_str(&server.node_id().to_string()).expect("digits are a valid header");
     let state = Arc::new(HttpState { server, config: config.clone(), streams });
     Router::new()
@@ -269,11 +269,15 @@ async fn get(State(state): State<Shared>, headers: HeaderMap) -> Response {
         Err(response) => return response,
     };
     if let Some(last) = headers.get("last-event-id") {
-        let Some(id) = last.to_str().ok().and_then(|s| s.parse::<EventId>().ok()) else {
-            return http_error(StatusCode::BAD_REQUEST, "malformed Last-Event-ID");
+        let opened = last.to_str().map_err(|_| ()).and_then(|s| state.server.sealer().open_event(s, session.id.as_str()).map_err(|_| ()));
+        let Ok(event) = opened else {
+            return http_error(StatusCode::BAD_REQUEST, "invalid Last-Event-ID: not an event id of this session");
         };
-        return match state.streams.find(&id).filter(|log| log.session == session.id) {
-            Some(log) => sse_response(&state, &log, id.seq + 1),
+        if event.owner != state.server.node_id() {
+            return http_error(StatusCode::NOT_FOUND, format!("the stream lives on node {}", event.owner));
+        }
+        return match state.streams.find(event.stream).filter(|log| log.session == session.id) {
+            Some(log) => sse_response(&state, &log, event.seq + 1),
             None => http_error(StatusCode::NOT_FOUND, "no stream to resume for this Last-Event-ID"),
         };
     }

@@ -8,42 +8,15 @@
 
 use crate::protocol::jsonrpc::Message;
 use crate::server::Outgoing;
+use crate::server::correlation::{IdSealer, SealedEvent};
 use crate::session::SessionId;
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
-use std::fmt;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
-
-/// The id of one SSE event: the node that owns the stream, the stream, and the position in it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EventId {
-    pub node: u64,
-    pub stream: u64,
-    pub seq: u64,
-}
-
-impl fmt::Display for EventId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}.{}", self.node, self.stream, self.seq)
-    }
-}
-
-impl FromStr for EventId {
-    type Err = ();
-    fn from_str(s: &str) -> Result<Self, ()> {
-        let mut parts = s.split('.').map(|p| p.parse::<u64>().map_err(|_| ()));
-        let id = EventId { node: parts.next().ok_or(())??, stream: parts.next().ok_or(())??, seq: parts.next().ok_or(())?? };
-        match parts.next() {
-            None => Ok(id),
-            Some(_) => Err(()),
-        }
-    }
-}
 
 struct LogState {
     /// `(seq, data)`; `None` data is the priming event.
@@ -61,23 +34,25 @@ pub struct EventLog {
     pub node: u64,
     pub stream: u64,
     pub session: SessionId,
+    sealer: Arc<IdSealer>,
     capacity: usize,
     state: Mutex<LogState>,
     changed: watch::Sender<()>,
 }
 
 impl EventLog {
-    fn new(node: u64, stream: u64, session: SessionId, capacity: usize, priming: bool) -> Arc<Self> {
+    fn new(node: u64, stream: u64, session: SessionId, sealer: Arc<IdSealer>, capacity: usize, priming: bool) -> Arc<Self> {
         let mut events = VecDeque::new();
         if priming {
             events.push_back((0, None));
         }
         let state = LogState { events, next_seq: 1, closed: false, reader_generation: 0, disconnect_at: 0 };
-        Arc::new(EventLog { node, stream, session, capacity, state: Mutex::new(state), changed: watch::channel(()).0 })
+        Arc::new(EventLog { node, stream, session, sealer, capacity, state: Mutex::new(state), changed: watch::channel(()).0 })
     }
 
-    fn id(&self, seq: u64) -> EventId {
-        EventId { node: self.node, stream: self.stream, seq }
+    /// The sealed id of event `seq`: names this node as the owner, opens only in the session.
+    fn id(&self, seq: u64) -> String {
+        self.sealer.seal_event(SealedEvent { owner: self.node, stream: self.stream, seq }, self.session.as_str())
     }
 
     /// Sequence number the next reader without `Last-Event-ID` starts at.
@@ -159,7 +134,7 @@ impl EventLog {
 }
 
 /// One SSE event. `data` of `None` is the priming event: an id and an empty data field.
-fn encode_event(id: &EventId, data: Option<&str>, retry: Option<Duration>) -> Bytes {
+fn encode_event(id: &str, data: Option<&str>, retry: Option<Duration>) -> Bytes {
     let mut out = format!("id: {id}\n");
     if let Some(retry) = retry {
         out.push_str(&format!("retry: {}\n", retry.as_millis()));
@@ -184,6 +159,7 @@ pub fn pump(log: Arc<EventLog>, mut rx: mpsc::UnboundedReceiver<Outgoing>) {
 /// The streams of this node, for resumption.
 pub struct StreamRegistry {
     node: u64,
+    sealer: Arc<IdSealer>,
     next: AtomicU64,
     streams: Mutex<HashMap<u64, Arc<EventLog>>>,
     standalone: Mutex<HashMap<SessionId, Arc<EventLog>>>,
@@ -193,9 +169,10 @@ pub struct StreamRegistry {
 }
 
 impl StreamRegistry {
-    pub fn new(node: u64, retention: Duration, capacity: usize) -> Arc<Self> {
+    pub fn new(node: u64, sealer: Arc<IdSealer>, retention: Duration, capacity: usize) -> Arc<Self> {
         Arc::new(StreamRegistry {
             node,
+            sealer,
             next: AtomicU64::new(1),
             streams: Mutex::default(),
             standalone: Mutex::default(),
@@ -207,7 +184,7 @@ impl StreamRegistry {
     /// A new stream for the response to one request.
     pub fn open(self: &Arc<Self>, session: &SessionId, priming: bool) -> Arc<EventLog> {
         let stream = self.next.fetch_add(1, Ordering::Relaxed);
-        let log = EventLog::new(self.node, stream, session.clone(), self.capacity, priming);
+        let log = EventLog::new(self.node, stream, session.clone(), self.sealer.clone(), self.capacity, priming);
         self.streams.lock().unwrap().insert(stream, log.clone());
         // Forget the stream once it is closed and its retention passed.
         let (registry, watched) = (Arc::downgrade(self), log.clone());
@@ -233,18 +210,15 @@ impl StreamRegistry {
             return (log.clone(), false);
         }
         let stream = self.next.fetch_add(1, Ordering::Relaxed);
-        let log = EventLog::new(self.node, stream, session.clone(), self.capacity, priming);
+        let log = EventLog::new(self.node, stream, session.clone(), self.sealer.clone(), self.capacity, priming);
         standalone.insert(session.clone(), log.clone());
         self.streams.lock().unwrap().insert(stream, log.clone());
         (log, true)
     }
 
-    /// The stream an event id belongs to, if this node still has it.
-    pub fn find(&self, id: &EventId) -> Option<Arc<EventLog>> {
-        if id.node != self.node {
-            return None;
-        }
-        self.streams.lock().unwrap().get(&id.stream).cloned()
+    /// A stream of this node, if it still has it.
+    pub fn find(&self, stream: u64) -> Option<Arc<EventLog>> {
+        self.streams.lock().unwrap().get(&stream).cloned()
     }
 
     /// Drop every stream of a terminated session.
@@ -259,19 +233,5 @@ impl StreamRegistry {
             }
             keep
         });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn event_ids_round_trip() {
-        let id = EventId { node: 2, stream: 17, seq: 3 };
-        assert_eq!(id.to_string().parse::<EventId>(), Ok(id));
-        assert!("2.17".parse::<EventId>().is_err());
-        assert!("2.17.3.4".parse::<EventId>().is_err());
-        assert!("a.b.c".parse::<EventId>().is_err());
     }
 }
