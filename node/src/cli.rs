@@ -31,6 +31,23 @@ pub enum Command {
     Stdio(CommonArgs),
     /// Talk to a running cluster through a member's peer port (admin API).
     Cluster(ClusterArgs),
+    /// A local three-node durable cluster behind a round-robin front door; prints the MCP URL.
+    Dev(DevArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct DevArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Address of the front door.
+    #[arg(long, env = "SWITCHBOARD_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Number of replicas.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=9))]
+    pub nodes: u64,
+    /// Keep the nodes' Raft data here instead of in a temporary directory.
+    #[arg(long, env = "SWITCHBOARD_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -241,6 +258,7 @@ fn build_server(
     sealer: Arc<IdSealer>,
     mailbox: Arc<dyn Mailbox>,
     sessions: Arc<dyn SessionStore>,
+    cluster: Option<Arc<dyn crate::server::ClusterLink>>,
 ) -> Server {
     let config = ServerConfig {
         node_id,
@@ -248,7 +266,10 @@ fn build_server(
         sampling_timeout: common.sampling_timeout,
         page_size: common.page_size as usize,
     };
-    let builder = ServerBuilder::new("switchboard", env!("CARGO_PKG_VERSION")).config(config).metrics(metrics).id_sealer(sealer);
+    let mut builder = ServerBuilder::new("switchboard", env!("CARGO_PKG_VERSION")).config(config).metrics(metrics).id_sealer(sealer);
+    if let Some(link) = cluster {
+        builder = builder.cluster(link);
+    }
     common.tools.register(builder).build(mailbox, sessions)
 }
 
@@ -374,7 +395,8 @@ async fn serve(args: ServeArgs) -> Result<(), CliError> {
             (Arc::new(member.mailbox()) as Arc<dyn Mailbox>, Arc::new(member.sessions()) as Arc<dyn SessionStore>, Some(member))
         }
     };
-    let server = build_server(&args.common, node_id, metrics.clone(), Arc::new(sealer), mailbox, sessions);
+    let link = member.as_ref().map(|m| m.link() as Arc<dyn crate::server::ClusterLink>);
+    let server = build_server(&args.common, node_id, metrics.clone(), Arc::new(sealer), mailbox, sessions, link);
     let config = http::HttpConfig {
         max_body_bytes: args.max_body_bytes,
         allowed_hosts: args.allowed_hosts.clone(),
@@ -387,7 +409,11 @@ async fn serve(args: ServeArgs) -> Result<(), CliError> {
     let ready_node = member.as_ref().map(|m| m.node.clone());
     let ready = Arc::new(move || ready_node.as_ref().is_none_or(|n| n.leader_id().is_some()));
     let metrics_task = tokio::spawn(http::serve(metrics_listener, metrics_router(metrics, ready), shutdown_signal()));
-    http::serve(mcp, http::router(server, config), shutdown_signal()).await?;
+    let router = match &member {
+        Some(member) => member.mcp_router(server, config),
+        None => http::router(server, config),
+    };
+    http::serve(mcp, router, shutdown_signal()).await?;
     metrics_task.abort();
     if let Some(member) = member {
         member.stop().await;
@@ -419,10 +445,19 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             serve(args).await
         }
         Command::Cluster(args) => cluster(args).await,
+        Command::Dev(args) => {
+            init_tracing(args.common.log_format);
+            let common = args.common.clone();
+            let build: crate::dev::BuildServer = Arc::new(move |id, metrics, sealer, member| {
+                build_server(&common, id, metrics, sealer, Arc::new(member.mailbox()), Arc::new(member.sessions()), Some(member.link()))
+            });
+            let options = crate::dev::DevOptions { listen: args.listen, nodes: args.nodes as usize, data_dir: args.data_dir, build };
+            crate::dev::run(options, shutdown_signal()).await
+        }
         Command::Stdio(common) => {
             init_tracing(common.log_format);
             let (mailbox, sessions) = in_memory(&common);
-            let server = build_server(&common, 0, Arc::new(Metrics::new()), Arc::new(IdSealer::random()), mailbox, sessions);
+            let server = build_server(&common, 0, Arc::new(Metrics::new()), Arc::new(IdSealer::random()), mailbox, sessions, None);
             let stdin = tokio::io::BufReader::new(tokio::io::stdin());
             Ok(stdio::run(server, stdin, tokio::io::stdout()).await?)
         }

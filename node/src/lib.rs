@@ -10,6 +10,7 @@
 
 pub mod cli;
 pub mod clock;
+pub mod dev;
 pub mod mailbox;
 pub mod metrics;
 pub mod protocol;

@@ -12,6 +12,7 @@ pub mod log_store;
 pub mod network;
 pub mod node;
 pub mod peer_api;
+pub mod relay;
 pub mod sm_store;
 pub mod state_machine;
 pub mod types;
@@ -47,6 +48,20 @@ impl Member {
         });
         node.join_cluster().await?;
         Ok(Member { node, peer_addr, server, stop_serving })
+    }
+
+    /// How this member reaches the others for the MCP layer (relayed streams, cancellation).
+    pub fn link(&self) -> Arc<relay::PeerLink> {
+        relay::PeerLink::new(&self.node)
+    }
+
+    /// The MCP endpoint of this member. Attaches `server` so other replicas can relay its
+    /// streams and cancellations to it.
+    pub fn mcp_router(&self, server: crate::server::Server, config: crate::transport::http::HttpConfig) -> axum::Router {
+        use crate::transport::http;
+        let streams = http::registry_for(&server, &config);
+        let _ = self.node.mcp.set(relay::McpHooks { server: server.clone(), streams: streams.clone() });
+        http::clustered_router(server, config, streams, Some(self.link()))
     }
 
     pub fn mailbox(&self) -> RaftMailbox {

@@ -22,6 +22,8 @@ pub const LEARNERS: &str = "/admin/learners";
 pub const PROMOTE: &str = "/admin/promote";
 pub const REMOVE: &str = "/admin/remove";
 pub const JOIN: &str = "/admin/join";
+pub const RESUME: &str = "/mcp/resume";
+pub const CANCEL: &str = "/mcp/cancel";
 
 /// A write a follower hands to the leader. The leader stamps the time.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -91,6 +93,23 @@ impl PeerClient {
         let request = self.http.post(format!("http://{addr}{path}")).timeout(timeout).header("content-type", "application/msgpack").body(encode(body));
         let bytes = self.send(request, addr).await?;
         decode(&bytes).map_err(|e| PeerError::Decode { addr: addr.into(), reason: e.to_string() })
+    }
+
+    /// POST a MessagePack body and hand back the streaming response (for relayed SSE).
+    pub async fn stream<Req: Serialize>(&self, addr: &str, path: &str, body: &Req) -> Result<reqwest::Response, PeerError> {
+        self.http
+            .post(format!("http://{addr}{path}"))
+            .bearer_auth(&self.secret)
+            .body(encode(body))
+            .send()
+            .await
+            .map_err(|e| PeerError::Unreachable { addr: addr.into(), reason: error_chain(&e) })
+    }
+
+    /// POST pre-encoded bytes, ignoring the answer's body.
+    pub async fn post_bytes(&self, addr: &str, path: &str, body: Vec<u8>) -> Result<(), PeerError> {
+        let request = self.http.post(format!("http://{addr}{path}")).timeout(Duration::from_secs(5)).body(body);
+        self.send(request, addr).await.map(|_| ())
     }
 
     /// Admin API: POST JSON (or GET when `body` is `None`), JSON answer.

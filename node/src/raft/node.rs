@@ -121,6 +121,8 @@ pub struct RaftNode {
     /// Sessions with a touch in flight, so a burst of requests proposes one.
     touching: Mutex<HashSet<SessionId>>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// The MCP server and its streams, once built (they serve relayed resumption and cancels).
+    pub mcp: std::sync::OnceLock<super::relay::McpHooks>,
 }
 
 /// A replica's view of the cluster, served as JSON by the admin API.
@@ -179,6 +181,7 @@ impl RaftNode {
             metrics,
             touching: Mutex::default(),
             tasks: Mutex::default(),
+            mcp: std::sync::OnceLock::new(),
             config,
         });
         node.spawn_background();

@@ -42,6 +42,8 @@ pub fn router(node: Arc<RaftNode>, secret: &str, metrics: Arc<Metrics>) -> Route
         .route(net::PROMOTE, post(promote))
         .route(net::REMOVE, post(remove))
         .route(net::JOIN, post(join))
+        .route(net::RESUME, post(resume))
+        .route(net::CANCEL, post(cancel))
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .layer(axum::extract::DefaultBodyLimit::max(256 * 1024 * 1024))
         .with_state(state)
@@ -222,4 +224,30 @@ async fn join(State(s): State<PeerState>, bytes: Bytes) -> Response {
         Ok(()) => axum::Json(json!({"joined": member.id})).into_response(),
         Err(e) => admin_error(e),
     }
+}
+
+/// The rest of a stream this node owns, for a replica that a resuming client reached.
+async fn resume(State(s): State<PeerState>, bytes: Bytes) -> Response {
+    let request: super::relay::ResumeRequest = match body(&bytes, "resume request") {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let Some(mcp) = s.node.mcp.get() else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "no MCP server attached yet").into_response();
+    };
+    let defaults = crate::transport::http::HttpConfig::default();
+    match mcp.streams.reader_for(&request.session, request.stream, request.from, defaults.retry, defaults.keep_alive) {
+        Some(reader) => ([(header::CONTENT_TYPE, "text/event-stream")], axum::body::Body::from_stream(reader)).into_response(),
+        None => (StatusCode::NOT_FOUND, "no such stream for this session").into_response(),
+    }
+}
+
+/// A client's cancellation that reached another replica.
+async fn cancel(State(s): State<PeerState>, bytes: Bytes) -> Response {
+    let request: super::relay::CancelRequest = match body(&bytes, "cancel request") {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let cancelled = s.node.mcp.get().is_some_and(|mcp| mcp.server.cancel_local(&request.session, &request.request));
+    axum::Json(json!({"cancelled": cancelled})).into_response()
 }

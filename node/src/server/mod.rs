@@ -47,6 +47,12 @@ impl Default for ServerConfig {
     }
 }
 
+/// What the server asks of the other replicas, when there are any.
+pub trait ClusterLink: Send + Sync {
+    /// The client cancelled a request this node is not running: tell the replica that is.
+    fn cancel_elsewhere(&self, session: &SessionId, request: &RequestId);
+}
+
 /// State of one session that only this node has.
 #[derive(Default)]
 struct LocalSession {
@@ -66,6 +72,7 @@ struct Registry {
 }
 
 struct Inner {
+    cluster: Option<Arc<dyn ClusterLink>>,
     info: Implementation,
     sealer: Arc<correlation::IdSealer>,
     instructions: Option<String>,
@@ -85,6 +92,7 @@ pub struct Server {
 
 /// Builds a [`Server`]: identity, offerings, and the stores it correlates through.
 pub struct ServerBuilder {
+    cluster: Option<Arc<dyn ClusterLink>>,
     info: Implementation,
     sealer: Option<Arc<correlation::IdSealer>>,
     instructions: Option<String>,
@@ -97,6 +105,7 @@ impl ServerBuilder {
     pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
         ServerBuilder {
             info: Implementation { name: name.into(), version: version.into(), title: None },
+            cluster: None,
             sealer: None,
             instructions: None,
             config: ServerConfig::default(),
@@ -118,6 +127,11 @@ impl ServerBuilder {
         self.sealer = Some(sealer);
         self
     }
+    /// Reach the other replicas (cross-node cancellation).
+    pub fn cluster(mut self, link: Arc<dyn ClusterLink>) -> Self {
+        self.cluster = Some(link);
+        self
+    }
     pub fn metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.metrics = Some(metrics);
         self
@@ -137,6 +151,7 @@ impl ServerBuilder {
     pub fn build(self, mailbox: Arc<dyn Mailbox>, sessions: Arc<dyn SessionStore>) -> Server {
         Server {
             inner: Arc::new(Inner {
+                cluster: self.cluster,
                 info: self.info,
                 sealer: self.sealer.unwrap_or_else(|| Arc::new(correlation::IdSealer::random())),
                 instructions: self.instructions,
@@ -285,9 +300,25 @@ impl Server {
             else {
                 return;
             };
-            if let Some(token) = self.local(&session.id).running.lock().unwrap().get(&id) {
-                token.cancel();
+            if !self.cancel_local(&session.id, &id)
+                && let Some(cluster) = &self.inner.cluster
+            {
+                cluster.cancel_elsewhere(&session.id, &id);
             }
+        }
+    }
+
+    /// Cancel a request of `session` if it runs on this node; `true` when it did.
+    pub fn cancel_local(&self, session: &SessionId, request: &RequestId) -> bool {
+        let local = self.inner.local.lock().unwrap().get(session).cloned();
+        let token = local.and_then(|l| l.running.lock().unwrap().get(request).cloned());
+        match token {
+            Some(token) => {
+                tracing::info!(session = %session, request = %request, "request cancelled by the client");
+                token.cancel();
+                true
+            }
+            None => false,
         }
     }
 

@@ -1,6 +1,6 @@
 //! Streamable HTTP transport: one endpoint, POST/GET/DELETE, JSON or SSE chosen lazily.
 
-use super::sse::{EventLog, StreamRegistry, pump};
+use super::sse::{EventLog, RelayError, StreamRegistry, StreamRelay, pump};
 use crate::protocol::jsonrpc::{self, ErrorObject, Message};
 use crate::protocol::types::is_supported_version;
 use crate::server::{Outgoing, Server, SessionLookupError};
@@ -57,15 +57,27 @@ struct HttpState {
     server: Server,
     config: HttpConfig,
     streams: Arc<StreamRegistry>,
+    /// Reaches streams owned by other replicas (none for a single process).
+    relay: Option<Arc<dyn StreamRelay>>,
 }
 
 type Shared = Arc<HttpState>;
 
 /// The MCP endpoint as an axum router.
 pub fn router(server: Server, config: HttpConfig) -> Router {
-    let streams = StreamRegistry::new(server.node_id(), server.sealer().clone(), config.stream_retention, config.stream_capacity);
+    let streams = registry_for(&server, &config);
+    clustered_router(server, config, streams, None)
+}
+
+/// The stream registry a router over `server` uses (create it first to share it with the peer port).
+pub fn registry_for(server: &Server, config: &HttpConfig) -> Arc<StreamRegistry> {
+    StreamRegistry::new(server.node_id(), server.sealer().clone(), config.stream_retention, config.stream_capacity)
+}
+
+/// The MCP endpoint of a cluster member: streams owned by other replicas resume through `relay`.
+pub fn clustered_router(server: Server, config: HttpConfig, streams: Arc<StreamRegistry>, relay: Option<Arc<dyn StreamRelay>>) -> Router {
     let node = HeaderValue::from_str(&server.node_id().to_string()).expect("digits are a valid header");
-    let state = Arc::new(HttpState { server, config: config.clone(), streams });
+    let state = Arc::new(HttpState { server, config: config.clone(), streams, relay });
     Router::new()
         .route(&config.endpoint, axum::routing::post(post).get(get).delete(delete))
         .layer(middleware::from_fn_with_state(state.clone(), check_host_and_origin))
@@ -242,14 +254,17 @@ async fn post(State(state): State<Shared>, headers: HeaderMap, body: Result<Byte
 }
 
 fn sse_response(state: &HttpState, log: &Arc<EventLog>, from: u64) -> Response {
-    let stream = log.reader(from, state.config.retry, state.config.keep_alive);
+    sse_body(axum::body::Body::from_stream(log.reader(from, state.config.retry, state.config.keep_alive)))
+}
+
+fn sse_body(body: axum::body::Body) -> Response {
     let headers = [
         (header::CONTENT_TYPE, "text/event-stream"),
         (header::CACHE_CONTROL, "no-cache"),
         // Ask proxies (nginx) not to buffer the stream.
         (HeaderName::from_static("x-accel-buffering"), "no"),
     ];
-    (headers, axum::body::Body::from_stream(stream)).into_response()
+    (headers, body).into_response()
 }
 
 async fn get(State(state): State<Shared>, headers: HeaderMap) -> Response {
@@ -274,7 +289,15 @@ async fn get(State(state): State<Shared>, headers: HeaderMap) -> Response {
             return http_error(StatusCode::BAD_REQUEST, "invalid Last-Event-ID: not an event id of this session");
         };
         if event.owner != state.server.node_id() {
-            return http_error(StatusCode::NOT_FOUND, format!("the stream lives on node {}", event.owner));
+            // Another replica owns the stream: relay the rest of it from there.
+            let Some(relay) = &state.relay else {
+                return http_error(StatusCode::NOT_FOUND, format!("the stream lives on node {}", event.owner));
+            };
+            return match relay.resume(event.owner, &session.id, event.stream, event.seq + 1).await {
+                Ok(bytes) => sse_body(axum::body::Body::from_stream(bytes)),
+                Err(e @ RelayError::NotFound) => http_error(StatusCode::NOT_FOUND, e.to_string()),
+                Err(e) => http_error(StatusCode::BAD_GATEWAY, e.to_string()),
+            };
         }
         return match state.streams.find(event.stream).filter(|log| log.session == session.id) {
             Some(log) => sse_response(&state, &log, event.seq + 1),

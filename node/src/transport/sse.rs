@@ -235,3 +235,29 @@ impl StreamRegistry {
         });
     }
 }
+
+/// Why a stream owned by another node could not be resumed.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error("the owner has no such stream for this session")]
+    NotFound,
+    #[error("node {0} is not reachable: {1}")]
+    Unreachable(u64, String),
+}
+
+/// SSE bytes relayed from another node.
+pub type RelayedStream = futures::stream::BoxStream<'static, Result<Bytes, std::io::Error>>;
+
+/// Fetches the rest of a stream from the node that owns it (event ids name their owner).
+#[async_trait::async_trait]
+pub trait StreamRelay: Send + Sync {
+    async fn resume(&self, owner: u64, session: &SessionId, stream: u64, from: u64) -> Result<RelayedStream, RelayError>;
+}
+
+impl StreamRegistry {
+    /// The SSE body of a local stream of `session` from sequence `from` on, for a relay.
+    pub fn reader_for(&self, session: &SessionId, stream: u64, from: u64, retry: Duration, keep_alive: Duration) -> Option<impl futures::Stream<Item = Result<Bytes, Infallible>> + use<>> {
+        let log = self.find(stream).filter(|log| &log.session == session)?;
+        Some(log.reader(from, retry, keep_alive))
+    }
+}
