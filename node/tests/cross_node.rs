@@ -1,0 +1,140 @@
+//! A session's traffic spread over replicas: MCP servers on three Raft members, each request
+//! sent to a chosen node over real HTTP.
+
+mod common;
+
+use common::cluster::TestCluster;
+use common::{RawClient, read_events};
+use serde_json::{Value, json};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use switchboard_node::server::ServerConfig;
+use switchboard_node::server::correlation::IdSealer;
+use switchboard_node::transport::http::{self, HttpConfig};
+
+struct McpCluster {
+    raft: TestCluster,
+    urls: Vec<String>,
+    servers: Vec<switchboard_node::Server>,
+}
+
+async fn start() -> McpCluster {
+    let raft = TestCluster::start(3).await;
+    let sealer = Arc::new(IdSealer::random());
+    let (mut urls, mut servers) = (Vec::new(), Vec::new());
+    for i in 0..3 {
+        let member = raft.members[i].as_ref().unwrap();
+        let server = common::builder(ServerConfig { node_id: i as u64, ..Default::default() })
+            .id_sealer(sealer.clone())
+            .cluster(member.link())
+            .build(Arc::new(member.mailbox()), Arc::new(member.sessions()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr: SocketAddr = listener.local_addr().unwrap();
+        tokio::spawn(http::serve(listener, member.mcp_router(server.clone(), HttpConfig::default()), std::future::pending()));
+        urls.push(format!("http://{addr}/mcp"));
+        servers.push(server);
+    }
+    McpCluster { raft, urls, servers }
+}
+
+/// The same session, talking to node `i`.
+fn on(client: &RawClient, cluster: &McpCluster, i: usize) -> RawClient {
+    RawClient { http: client.http.clone(), url: cluster.urls[i].clone(), session: client.session.clone() }
+}
+
+fn data(events: &[common::SseEvent]) -> Vec<Value> {
+    events.iter().filter(|e| !e.data.is_empty()).map(|e| serde_json::from_str(&e.data).unwrap()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_made_on_one_node_works_on_every_node_at_once() {
+    let mut cluster = start().await;
+    let mut client = RawClient::new(&cluster.urls[0]);
+    client.initialize().await;
+    for i in 0..3 {
+        let pong = on(&client, &cluster, i).call(i as i64, "ping", json!({})).await;
+        assert_eq!(pong["result"], json!({}), "node {i}");
+    }
+    // Log level set on node 1 is the session's level on node 2.
+    on(&client, &cluster, 1).call(10, "logging/setLevel", json!({"level": "error"})).await;
+    // A level change reaches other replicas within the replication lag (sessions themselves are
+    // read-your-writes everywhere; a level set a millisecond ago may not be): wait for it here.
+    cluster.raft.node(2).linearize().await.unwrap();
+    let messages = on(&client, &cluster, 2).request(11, "tools/call", json!({"name": "test_tool_with_logging", "arguments": {}})).await;
+    assert!(messages.iter().all(|m| m["method"] != "notifications/message"), "info logs filtered: {messages:?}");
+    // DELETE on node 2 ends it everywhere.
+    let res = client.http.delete(&cluster.urls[2]).header("mcp-session-id", client.session.clone().unwrap()).send().await.unwrap();
+    assert!(res.status().is_success());
+    for i in 0..3 {
+        let res = on(&client, &cluster, i).post(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).send().await.unwrap();
+        assert_eq!(res.status(), 404, "node {i}");
+    }
+    cluster.raft.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_to_another_node_wakes_the_tool_on_its_owner() {
+    let mut cluster = start().await;
+    let mut client = RawClient::new(&cluster.urls[0]);
+    client.initialize().await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "confirm", "arguments": {"action": "ship"}}});
+    let mut res = client.post(call.to_string()).send().await.unwrap();
+    assert_eq!(res.headers()["x-switchboard-node"], "0");
+    let mut buffer = String::new();
+    let request = loop {
+        let events = read_events(&mut res, 1, &mut buffer).await;
+        if let Some(m) = data(&events).into_iter().find(|m| m["method"] == "elicitation/create") {
+            break m;
+        }
+    };
+    let answer = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"action": "accept", "content": {"confirm": true}}});
+    let res2 = on(&client, &cluster, 2).post(answer.to_string()).send().await.unwrap();
+    assert_eq!(res2.status(), 202);
+    assert_eq!(res2.headers()["x-switchboard-node"], "2");
+    let rest = data(&read_events(&mut res, usize::MAX, &mut buffer).await);
+    assert_eq!(rest.last().unwrap()["result"]["structuredContent"]["answer"], "confirmed");
+    assert_eq!(cluster.servers[2].metrics().encode().contains("switchboard_answers_delivered_total 1"), true);
+    cluster.raft.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_broken_on_one_node_resumes_through_another() {
+    let mut cluster = start().await;
+    let mut client = RawClient::new(&cluster.urls[0]);
+    client.initialize().await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "countdown", "arguments": {"steps": 6, "delay_ms": 60}, "_meta": {"progressToken": "t"}}});
+    let mut res = client.post(call.to_string()).send().await.unwrap();
+    let mut buffer = String::new();
+    let before = read_events(&mut res, 3, &mut buffer).await;
+    drop(res);
+    let last = before.last().unwrap().id.clone().unwrap();
+
+    let mut resumed = on(&client, &cluster, 1).get().header("last-event-id", &last).send().await.unwrap();
+    assert_eq!(resumed.status(), 200);
+    assert_eq!(resumed.headers()["x-switchboard-node"], "1", "served by the node the client reached");
+    let after = read_events(&mut resumed, usize::MAX, &mut String::new()).await;
+    let mut all = data(&before);
+    all.extend(data(&after));
+    let progress: Vec<f64> = all.iter().filter(|m| m["method"] == "notifications/progress").map(|m| m["params"]["progress"].as_f64().unwrap()).collect();
+    assert_eq!(progress, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], "no loss, no duplicates across nodes");
+    assert_eq!(all.last().unwrap()["id"], 1);
+    cluster.raft.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancellation_sent_to_another_node_stops_the_request() {
+    let mut cluster = start().await;
+    let mut client = RawClient::new(&cluster.urls[0]);
+    client.initialize().await;
+    let call = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+        "params": {"name": "wait_for_cancel", "arguments": {}, "_meta": {"progressToken": 5}}});
+    let mut res = client.post(call.to_string()).send().await.unwrap();
+    let mut buffer = String::new();
+    read_events(&mut res, 2, &mut buffer).await;
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5}});
+    assert_eq!(on(&client, &cluster, 1).post(cancel.to_string()).send().await.unwrap().status(), 202);
+    let rest = read_events(&mut res, usize::MAX, &mut buffer).await;
+    assert!(data(&rest).iter().all(|m| m.get("result").is_none()), "the stream ended without a response: {rest:?}");
+    cluster.raft.stop_all().await;
+}
