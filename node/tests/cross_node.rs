@@ -138,3 +138,25 @@ async fn a_cancellation_sent_to_another_node_stops_the_request() {
     assert!(data(&rest).iter().all(|m| m.get("result").is_none()), "the stream ended without a response: {rest:?}");
     cluster.raft.stop_all().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notifications_reach_the_standalone_stream_on_whichever_node_holds_it() {
+    let mut cluster = start().await;
+    let mut client = RawClient::new(&cluster.urls[0]);
+    client.initialize().await;
+    // Subscribe through node 1, hold the GET stream on node 2, publish on node 0.
+    on(&client, &cluster, 1).call(1, "resources/subscribe", json!({"uri": "test://watched-resource"})).await;
+    let mut stream = on(&client, &cluster, 2).get().send().await.unwrap();
+    assert_eq!(stream.headers()["x-switchboard-node"], "2");
+    let mut buffer = String::new();
+    read_events(&mut stream, 1, &mut buffer).await; // priming
+    cluster.raft.node(0).linearize().await.unwrap();
+    cluster.servers[0].notify_resource_updated("test://watched-resource");
+    cluster.servers[0].notify_resource_updated("test://other");
+    cluster.servers[0].remove_tool("echo");
+    let messages = data(&read_events(&mut stream, 2, &mut buffer).await);
+    assert_eq!(messages[0]["method"], "notifications/resources/updated");
+    assert_eq!(messages[0]["params"]["uri"], "test://watched-resource");
+    assert_eq!(messages[1]["method"], "notifications/tools/list_changed");
+    cluster.raft.stop_all().await;
+}

@@ -76,6 +76,7 @@ fn record(id: &str) -> SessionRecord {
         client_info: Implementation { name: "t".into(), version: "1".into(), title: None },
         capabilities: ClientCapabilities(json!({"elicitation": {}})),
         log_level: LogLevel::Info,
+        subscriptions: Default::default(),
     }
 }
 

@@ -24,6 +24,7 @@ pub const REMOVE: &str = "/admin/remove";
 pub const JOIN: &str = "/admin/join";
 pub const RESUME: &str = "/mcp/resume";
 pub const CANCEL: &str = "/mcp/cancel";
+pub const NOTIFY: &str = "/mcp/notify";
 
 /// A write a follower hands to the leader. The leader stamps the time.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -561,6 +561,12 @@ impl SessionStore for RaftSessions {
         Ok(response == Response::Session(true))
     }
 
+    async fn set_subscription(&self, id: &SessionId, uri: &str, subscribed: bool) -> Result<bool, SessionError> {
+        let command = Command::SessionSubscribe { id: id.clone(), uri: uri.to_string(), subscribed };
+        let (response, _) = self.0.propose(command).await?;
+        Ok(response == Response::Session(true))
+    }
+
     async fn delete(&self, id: &SessionId) -> Result<bool, SessionError> {
         let (response, _) = self.0.propose(Command::SessionDelete { id: id.clone() }).await?;
         Ok(response == Response::Session(true))

@@ -44,6 +44,7 @@ pub fn router(node: Arc<RaftNode>, secret: &str, metrics: Arc<Metrics>) -> Route
         .route(net::JOIN, post(join))
         .route(net::RESUME, post(resume))
         .route(net::CANCEL, post(cancel))
+        .route(net::NOTIFY, post(notify))
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .layer(axum::extract::DefaultBodyLimit::max(256 * 1024 * 1024))
         .with_state(state)
@@ -250,4 +251,16 @@ async fn cancel(State(s): State<PeerState>, bytes: Bytes) -> Response {
     };
     let cancelled = s.node.mcp.get().is_some_and(|mcp| mcp.server.cancel_local(&request.session, &request.request));
     axum::Json(json!({"cancelled": cancelled})).into_response()
+}
+
+/// A notification for standalone streams, published on another replica.
+async fn notify(State(s): State<PeerState>, bytes: Bytes) -> Response {
+    let notice: crate::server::Notice = match body(&bytes, "notice") {
+        Ok(n) => n,
+        Err(r) => return r,
+    };
+    if let Some(mcp) = s.node.mcp.get() {
+        mcp.server.deliver_notice(notice);
+    }
+    StatusCode::ACCEPTED.into_response()
 }

@@ -6,10 +6,10 @@
 //! produced them, so resumption fetches them from there. Replicating every event through Raft
 //! would put each progress notification on the write path of the whole cluster.
 
-use super::network::{CANCEL, RESUME};
+use super::network::{CANCEL, NOTIFY, RESUME};
 use super::node::RaftNode;
 use crate::protocol::jsonrpc::RequestId;
-use crate::server::{ClusterLink, Server};
+use crate::server::{ClusterLink, Notice, Server};
 use crate::session::SessionId;
 use crate::transport::sse::{RelayError, RelayedStream, StreamRegistry, StreamRelay};
 use futures::TryStreamExt;
@@ -61,19 +61,29 @@ impl StreamRelay for PeerLink {
     }
 }
 
-impl ClusterLink for PeerLink {
-    fn cancel_elsewhere(&self, session: &SessionId, request: &RequestId) {
+impl PeerLink {
+    /// Fire-and-forget `body` to every other member.
+    fn broadcast(&self, path: &'static str, body: Vec<u8>) {
         let Some(node) = self.node.upgrade() else { return };
-        let body = CancelRequest { session: session.clone(), request: request.clone() };
         let me = node.id;
         for (id, addr) in node.status().members.into_iter().filter(|(id, _)| *id != me) {
-            let client = node.client.clone();
-            let body = crate::raft::types::encode(&body);
+            let (client, body) = (node.client.clone(), body.clone());
             tokio::spawn(async move {
-                if let Err(e) = client.post_bytes(&addr, CANCEL, body).await {
-                    tracing::debug!(peer = id, error = %e, "cancellation not relayed");
+                if let Err(e) = client.post_bytes(&addr, path, body).await {
+                    tracing::debug!(peer = id, path, error = %e, "not relayed");
                 }
             });
         }
+    }
+}
+
+impl ClusterLink for PeerLink {
+    fn cancel_elsewhere(&self, session: &SessionId, request: &RequestId) {
+        let body = CancelRequest { session: session.clone(), request: request.clone() };
+        self.broadcast(CANCEL, crate::raft::types::encode(&body));
+    }
+
+    fn notify_elsewhere(&self, notice: &Notice) {
+        self.broadcast(NOTIFY, crate::raft::types::encode(notice));
     }
 }

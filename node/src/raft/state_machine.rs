@@ -33,6 +33,7 @@ pub enum Command {
     MailboxDelete { key: MailboxKey },
     SessionCreate { record: SessionRecord, ttl_ms: Millis },
     SessionSetLogLevel { id: SessionId, level: LogLevel },
+    SessionSubscribe { id: SessionId, uri: String, subscribed: bool },
     /// Push a session's expiry out to `now + ttl`.
     SessionTouch { id: SessionId },
     SessionDelete { id: SessionId },
@@ -221,6 +222,17 @@ impl StateMachine {
                 }
                 None => Response::Session(false),
             },
+            Command::SessionSubscribe { id, uri, subscribed } => match self.sessions.get_mut(id) {
+                Some(session) => {
+                    if *subscribed {
+                        session.record.subscriptions.insert(uri.clone());
+                    } else {
+                        session.record.subscriptions.remove(uri);
+                    }
+                    Response::Session(true)
+                }
+                None => Response::Session(false),
+            },
             Command::SessionTouch { id } => match self.sessions.get_mut(id) {
                 Some(session) => {
                     self.sessions_by_expiry.remove(&(session.expires_at, id.clone()));
@@ -296,6 +308,7 @@ mod tests {
             client_info: Implementation { name: "c".into(), version: "1".into(), title: None },
             capabilities: ClientCapabilities::default(),
             log_level: LogLevel::Info,
+            subscriptions: Default::default(),
         }
     }
 
@@ -403,6 +416,11 @@ mod tests {
         assert!(sm.session(&id).is_some(), "touched at 1090, lives to 1190");
         assert_eq!(sm.apply(&req(1160, Command::SessionSetLogLevel { id: id.clone(), level: LogLevel::Debug })).0, Response::Session(true));
         assert_eq!(sm.session(&id).unwrap().record.log_level, LogLevel::Debug);
+        let subscribe = |on| Command::SessionSubscribe { id: id.clone(), uri: "test://r".into(), subscribed: on };
+        sm.apply(&req(1161, subscribe(true)));
+        assert!(sm.session(&id).unwrap().record.subscriptions.contains("test://r"));
+        sm.apply(&req(1162, subscribe(false)));
+        assert!(sm.session(&id).unwrap().record.subscriptions.is_empty());
         sm.apply(&req(1190, Command::Tick));
         assert!(sm.session(&id).is_none());
         assert_eq!(sm.apply(&req(1200, Command::SessionTouch { id: id.clone() })).0, Response::Session(false));

@@ -21,7 +21,7 @@ use crate::protocol::types::{
 };
 use crate::session::{SessionError, SessionId, SessionRecord, SessionStore};
 use serde_json::{Map, Value, json};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -51,13 +51,24 @@ impl Default for ServerConfig {
 pub trait ClusterLink: Send + Sync {
     /// The client cancelled a request this node is not running: tell the replica that is.
     fn cancel_elsewhere(&self, session: &SessionId, request: &RequestId);
+    /// A notification for standalone streams: the other replicas deliver it to theirs.
+    fn notify_elsewhere(&self, notice: &Notice);
+}
+
+/// A server notification not tied to a request, for every session's standalone stream
+/// (whichever replica holds it).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum Notice {
+    /// `notifications/resources/updated`, for sessions subscribed to `uri`.
+    ResourceUpdated { uri: String },
+    /// A `notifications/*/list_changed`, for every session.
+    ListChanged { method: String },
 }
 
 /// State of one session that only this node has.
 #[derive(Default)]
 struct LocalSession {
     running: Mutex<HashMap<RequestId, CancellationToken>>,
-    subscriptions: Mutex<HashSet<String>>,
     /// The standalone stream (HTTP GET, or stdout for stdio), when one is attached.
     notifier: Mutex<Option<Outbound>>,
     /// Log level set on this node, ahead of the store's copy.
@@ -221,6 +232,7 @@ impl Server {
             client_info: params.client_info,
             capabilities: params.capabilities,
             log_level: LogLevel::Info,
+            subscriptions: Default::default(),
         };
         self.inner.sessions.create(record.clone()).await.map_err(|e| ErrorObject::internal(e.to_string()))?;
         let mut result = json!({
@@ -406,14 +418,13 @@ impl Server {
                 Ok(json!({"contents": contents}))
             }
             "resources/subscribe" | "resources/unsubscribe" => {
-                let uri = required_str(&params, "uri")?.to_string();
-                let local = self.local(&ctx.session.id);
-                let mut subs = local.subscriptions.lock().unwrap();
-                if method == "resources/subscribe" {
-                    subs.insert(uri);
-                } else {
-                    subs.remove(&uri);
-                }
+                let uri = required_str(&params, "uri")?;
+                // Kept in the session record, so the replica holding the stream knows.
+                self.inner
+                    .sessions
+                    .set_subscription(&ctx.session.id, uri, method == "resources/subscribe")
+                    .await
+                    .map_err(|e| ErrorObject::internal(e.to_string()))?;
                 Ok(json!({}))
             }
             "completion/complete" => self.complete(&params),
@@ -470,19 +481,52 @@ impl Server {
         Ok(json!({"completion": {"values": values, "total": total, "hasMore": total > 100}}))
     }
 
-    /// Tell subscribed sessions that a resource changed (`notifications/resources/updated`).
+    /// Tell subscribed sessions that a resource changed (`notifications/resources/updated`),
+    /// on every replica.
     pub fn notify_resource_updated(&self, uri: &str) {
-        let local: Vec<Arc<LocalSession>> = self.inner.local.lock().unwrap().values().cloned().collect();
-        for session in local.iter().filter(|s| s.subscriptions.lock().unwrap().contains(uri)) {
-            notify(session, Message::notification("notifications/resources/updated", json!({"uri": uri})));
-        }
+        self.publish(Notice::ResourceUpdated { uri: uri.to_string() });
     }
 
     fn notify_all(&self, method: &str) {
-        let local: Vec<Arc<LocalSession>> = self.inner.local.lock().unwrap().values().cloned().collect();
-        for session in &local {
-            notify(session, Message::notification(method, json!({})));
+        self.publish(Notice::ListChanged { method: method.to_string() });
+    }
+
+    fn publish(&self, notice: Notice) {
+        if let Some(cluster) = &self.inner.cluster {
+            cluster.notify_elsewhere(&notice);
         }
+        self.deliver_notice(notice);
+    }
+
+    /// Deliver a notice to the standalone streams attached to this node.
+    pub fn deliver_notice(&self, notice: Notice) {
+        let attached: Vec<(SessionId, Arc<LocalSession>)> = self
+            .inner
+            .local
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, l)| l.notifier.lock().unwrap().is_some())
+            .map(|(id, l)| (id.clone(), l.clone()))
+            .collect();
+        if attached.is_empty() {
+            return;
+        }
+        let server = self.clone();
+        tokio::spawn(async move {
+            for (id, local) in attached {
+                let message = match &notice {
+                    Notice::ListChanged { method } => Message::notification(method.clone(), json!({})),
+                    Notice::ResourceUpdated { uri } => match server.inner.sessions.get(&id).await {
+                        Ok(Some(record)) if record.subscriptions.contains(uri) => {
+                            Message::notification("notifications/resources/updated", json!({"uri": uri}))
+                        }
+                        _ => continue,
+                    },
+                };
+                notify(&local, message);
+            }
+        });
     }
 
     /// Add or replace a tool at run time; sessions hear `notifications/tools/list_changed`.

@@ -55,6 +55,18 @@ impl SessionStore for InMemorySessionStore {
         Ok(self.with_live(id, |r| r.log_level = level).is_some())
     }
 
+    async fn set_subscription(&self, id: &SessionId, uri: &str, subscribed: bool) -> Result<bool, SessionError> {
+        Ok(self
+            .with_live(id, |r| {
+                if subscribed {
+                    r.subscriptions.insert(uri.to_string());
+                } else {
+                    r.subscriptions.remove(uri);
+                }
+            })
+            .is_some())
+    }
+
     async fn delete(&self, id: &SessionId) -> Result<bool, SessionError> {
         Ok(self.sessions.lock().unwrap().remove(id).is_some())
     }

@@ -40,6 +40,9 @@ pub struct SessionRecord {
     pub client_info: Implementation,
     pub capabilities: ClientCapabilities,
     pub log_level: LogLevel,
+    /// Resource URIs the client subscribed to (`resources/subscribe`).
+    #[serde(default)]
+    pub subscriptions: std::collections::BTreeSet<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +59,8 @@ pub trait SessionStore: Send + Sync + 'static {
     async fn get(&self, id: &SessionId) -> Result<Option<SessionRecord>, SessionError>;
     /// Set the minimum level of `notifications/message`. `false` when the session is unknown.
     async fn set_log_level(&self, id: &SessionId, level: LogLevel) -> Result<bool, SessionError>;
+    /// Subscribe to (or unsubscribe from) updates of `uri`. `false` when the session is unknown.
+    async fn set_subscription(&self, id: &SessionId, uri: &str, subscribed: bool) -> Result<bool, SessionError>;
     /// End the session. `false` when it was unknown already.
     async fn delete(&self, id: &SessionId) -> Result<bool, SessionError>;
 }
