@@ -214,9 +214,11 @@ impl RequestContext {
         match outcome {
             WaitOutcome::Delivered(answer) => {
                 tracing::info!(%key, %kind, waited_ms = started.elapsed().as_millis() as u64, "answer arrived; resuming");
-                server.metrics().outcome(kind, "delivered");
                 match Message::from_delivered(answer) {
-                    Some(Message::Response { result, .. }) => Ok(result),
+                    Some(Message::Response { result, .. }) => {
+                        server.metrics().outcome(kind, "delivered");
+                        Ok(result)
+                    }
                     Some(Message::Error { error, .. }) => {
                         server.metrics().outcome(kind, "client_error");
                         Err(ClientRequestError::ClientError { kind, error })
