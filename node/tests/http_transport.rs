@@ -292,3 +292,31 @@ async fn cancelled_requests_stop_and_send_no_response() {
     let pong = client.call(6, "ping", json!({})).await;
     assert_eq!(pong["result"], json!({}));
 }
+
+#[tokio::test]
+async fn url_mode_elicitation_needs_its_capability_and_completes() {
+    let srv = start_default().await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "visit", "arguments": {"url": "https://example.com/login"}}});
+
+    // A client with form mode only gets a typed error and no request.
+    let mut form_only = RawClient::new(&srv.url);
+    form_only.initialize_with(json!({"elicitation": {"form": {}}}), "2025-11-25").await;
+    let reply = form_only.call(1, "tools/call", call["params"].clone()).await;
+    assert_eq!(reply["result"]["isError"], true);
+    assert!(reply["result"]["content"][0]["text"].as_str().unwrap().contains("elicitation.url"));
+
+    let mut client = RawClient::new(&srv.url);
+    client.initialize_with(json!({"elicitation": {"url": {}}}), "2025-11-25").await;
+    let mut res = client.post(call.to_string()).send().await.unwrap();
+    let mut buffer = String::new();
+    let request = read_until_request(&mut res, &mut buffer).await;
+    assert_eq!(request["params"]["mode"], "url");
+    assert_eq!(request["params"]["url"], "https://example.com/login");
+    let elicitation_id = request["params"]["elicitationId"].as_str().unwrap().to_string();
+    let answer = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"action": "accept"}});
+    assert_eq!(client.post(answer.to_string()).send().await.unwrap().status(), 202);
+    let rest: Vec<Value> = read_events(&mut res, usize::MAX, &mut buffer).await.iter().map(|e| serde_json::from_str(&e.data).unwrap()).collect();
+    assert_eq!(rest[0]["method"], "notifications/elicitation/complete");
+    assert_eq!(rest[0]["params"]["elicitationId"], elicitation_id);
+    assert_eq!(rest.last().unwrap()["result"]["structuredContent"]["action"], "accept");
+}

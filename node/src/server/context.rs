@@ -175,6 +175,12 @@ impl RequestContext {
         serde_json::from_value(answer).map_err(|e| ClientRequestError::MalformedAnswer(e.to_string()))
     }
 
+    /// Tell the client an out-of-band (URL-mode) elicitation finished
+    /// (`notifications/elicitation/complete`, 2025-11-25).
+    pub fn elicitation_complete(&self, elicitation_id: &str) {
+        let _ = self.send(Message::notification("notifications/elicitation/complete", json!({"elicitationId": elicitation_id})));
+    }
+
     /// Ask the client's LLM for a completion (`sampling/createMessage`).
     pub async fn sample(&self, params: CreateMessageParams) -> Result<CreateMessageResult, ClientRequestError> {
         if !self.session.capabilities.sampling() {

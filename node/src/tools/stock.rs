@@ -20,6 +20,12 @@ struct ConfirmArgs {
 }
 
 #[derive(Deserialize, JsonSchema)]
+struct VisitArgs {
+    /// The page the user should open (for example a sign-in or payment page).
+    url: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
 struct AskLlmArgs {
     /// The prompt for the client's LLM.
     prompt: String,
@@ -70,6 +76,19 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                 Ok(CallToolResult::structured(json!({"action": args.action, "answer": text})))
             })
             .description("Ask the user to confirm an action (elicitation)."),
+        )
+        .tool(
+            ToolDef::typed("visit", |ctx, args: VisitArgs| async move {
+                let elicitation_id = format!("{:032x}", rand::random::<u128>());
+                let answer = ctx.elicit_url(format!("Please open {} to continue", args.url), &args.url, &elicitation_id).await?;
+                if answer.action == ElicitAction::Accept {
+                    // The out-of-band step is this tool's to judge; here, consent is enough.
+                    ctx.elicitation_complete(&elicitation_id);
+                }
+                let action = serde_json::to_value(answer.action).expect("actions serialize");
+                Ok(CallToolResult::structured(json!({"url": args.url, "action": action})))
+            })
+            .description("Send the user to a URL (URL-mode elicitation) and report what they chose."),
         )
         .tool(
             ToolDef::typed("ask_llm", |ctx, args: AskLlmArgs| async move {
