@@ -118,3 +118,40 @@ async fn bad_flags_are_refused_with_clear_errors() {
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
 }
+
+#[tokio::test]
+async fn dev_serves_a_round_robin_cluster_and_stops_on_ctrl_c() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut child = Command::new(BIN)
+        .args(["dev", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = loop {
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await.expect("dev prints its URL").unwrap().unwrap();
+        if let Some(url) = line.strip_prefix("MCP URL: ") {
+            break url.to_string();
+        }
+    };
+    let http = reqwest::Client::new();
+    let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let mut nodes = std::collections::BTreeSet::new();
+    for _ in 0..3 {
+        let res = http.post(&url).header("content-type", "application/json").header("accept", "application/json, text/event-stream").body(init).send().await.unwrap();
+        assert_eq!(res.status(), 200);
+        nodes.insert(res.headers()["x-switchboard-node"].to_str().unwrap().to_string());
+    }
+    assert_eq!(nodes.len(), 3, "round robin over the three nodes: {nodes:?}");
+    let pid = child.id().unwrap().to_string();
+    assert!(Command::new("kill").args(["-INT", &pid]).status().await.unwrap().success());
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait()).await.expect("stops on Ctrl-C").unwrap();
+    assert!(status.success());
+    let mut rest = Vec::new();
+    while let Ok(Some(line)) = lines.next_line().await {
+        rest.push(line);
+    }
+    assert!(rest.iter().any(|l| l.contains("dev cluster stopped")), "{rest:?}");
+}
