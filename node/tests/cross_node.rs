@@ -4,8 +4,8 @@
 mod common;
 
 use common::cluster::TestCluster;
-use common::{RawClient, read_events};
-use serde_json::{Value, json};
+use common::{RawClient, data, read_events};
+use serde_json::json;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use switchboard_node::server::ServerConfig;
@@ -40,10 +40,6 @@ async fn start() -> McpCluster {
 /// The same session, talking to node `i`.
 fn on(client: &RawClient, cluster: &McpCluster, i: usize) -> RawClient {
     RawClient { http: client.http.clone(), url: cluster.urls[i].clone(), session: client.session.clone() }
-}
-
-fn data(events: &[common::SseEvent]) -> Vec<Value> {
-    events.iter().filter(|e| !e.data.is_empty()).map(|e| serde_json::from_str(&e.data).unwrap()).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

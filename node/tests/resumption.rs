@@ -2,13 +2,9 @@
 
 mod common;
 
-use common::{RawClient, read_events, start_default};
-use serde_json::{Value, json};
+use common::{RawClient, data, read_events, start_default};
+use serde_json::json;
 use switchboard_node::server::correlation::SealedEvent;
-
-fn data(events: &[common::SseEvent]) -> Vec<Value> {
-    events.iter().filter(|e| !e.data.is_empty()).map(|e| serde_json::from_str(&e.data).unwrap()).collect()
-}
 
 #[tokio::test]
 async fn a_dropped_stream_resumes_without_loss_or_duplicates() {

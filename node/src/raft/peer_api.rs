@@ -3,6 +3,7 @@
 
 use super::network::{self as net, ForwardedWrite, ReadIndexReply, Refusal, WriteReply};
 use super::node::{RaftNode, RaftStoreError};
+use std::future::Future;
 use super::types::{Snapshot, SnapshotMeta, TypeConfig, Vote, decode, encode};
 use crate::metrics::Metrics;
 use axum::Router;
@@ -154,7 +155,8 @@ async fn on_leader(s: &PeerState, path: &str, bytes: &[u8]) -> Option<Response> 
     if s.node.is_leader() {
         return None;
     }
-    let Some((_, addr)) = s.node.status().leader.and_then(|id| s.node.status().members.get(&id).map(|a| (id, a.clone()))) else {
+    let status = s.node.status();
+    let Some(addr) = status.leader.and_then(|id| status.members.get(&id).cloned()) else {
         return Some(admin_error(RaftStoreError::Unavailable(Refusal::Unavailable("no leader elected".into()).to_string())));
     };
     let body: serde_json::Value = serde_json::from_slice(bytes).unwrap_or_default();
@@ -167,64 +169,45 @@ async fn on_leader(s: &PeerState, path: &str, bytes: &[u8]) -> Option<Response> 
     })
 }
 
-async fn add_learner(State(s): State<PeerState>, bytes: Bytes) -> Response {
-    let member = match parse_member(&bytes, true) {
+/// The shape every membership call shares: parse the member, pass the call on to the leader
+/// when this node is not it, else run `change` here and answer `{done: id}`.
+async fn membership_call<F, Fut>(s: PeerState, bytes: Bytes, path: &'static str, needs_addr: bool, done: &str, change: F) -> Response
+where
+    F: FnOnce(Arc<RaftNode>, u64, String) -> Fut,
+    Fut: Future<Output = Result<(), RaftStoreError>>,
+{
+    let member = match parse_member(&bytes, needs_addr) {
         Ok(m) => m,
         Err(r) => return r,
     };
-    if let Some(r) = on_leader(&s, net::LEARNERS, &bytes).await {
+    if let Some(r) = on_leader(&s, path, &bytes).await {
         return r;
     }
-    match s.node.add_learner(member.id, member.addr.unwrap_or_default(), false).await {
-        Ok(()) => axum::Json(json!({"added": member.id})).into_response(),
+    match change(s.node.clone(), member.id, member.addr.unwrap_or_default()).await {
+        Ok(()) => axum::Json(json!({ done: member.id })).into_response(),
         Err(e) => admin_error(e),
     }
+}
+
+async fn add_learner(State(s): State<PeerState>, bytes: Bytes) -> Response {
+    membership_call(s, bytes, net::LEARNERS, true, "added", |node, id, addr| async move { node.add_learner(id, addr, false).await }).await
 }
 
 async fn promote(State(s): State<PeerState>, bytes: Bytes) -> Response {
-    let member = match parse_member(&bytes, false) {
-        Ok(m) => m,
-        Err(r) => return r,
-    };
-    if let Some(r) = on_leader(&s, net::PROMOTE, &bytes).await {
-        return r;
-    }
-    match s.node.promote(member.id, PROMOTE_MAX_LAG).await {
-        Ok(()) => axum::Json(json!({"promoted": member.id})).into_response(),
-        Err(e) => admin_error(e),
-    }
+    membership_call(s, bytes, net::PROMOTE, false, "promoted", |node, id, _| async move { node.promote(id, PROMOTE_MAX_LAG).await }).await
 }
 
 async fn remove(State(s): State<PeerState>, bytes: Bytes) -> Response {
-    let member = match parse_member(&bytes, false) {
-        Ok(m) => m,
-        Err(r) => return r,
-    };
-    if let Some(r) = on_leader(&s, net::REMOVE, &bytes).await {
-        return r;
-    }
-    match s.node.remove(member.id).await {
-        Ok(()) => axum::Json(json!({"removed": member.id})).into_response(),
-        Err(e) => admin_error(e),
-    }
+    membership_call(s, bytes, net::REMOVE, false, "removed", |node, id, _| async move { node.remove(id).await }).await
 }
 
 /// Add a node as a learner, wait until it has caught up, then make it a voter.
 async fn join(State(s): State<PeerState>, bytes: Bytes) -> Response {
-    let member = match parse_member(&bytes, true) {
-        Ok(m) => m,
-        Err(r) => return r,
-    };
-    if let Some(r) = on_leader(&s, net::JOIN, &bytes).await {
-        return r;
-    }
-    if let Err(e) = s.node.add_learner(member.id, member.addr.unwrap_or_default(), true).await {
-        return admin_error(e);
-    }
-    match s.node.promote(member.id, PROMOTE_MAX_LAG).await {
-        Ok(()) => axum::Json(json!({"joined": member.id})).into_response(),
-        Err(e) => admin_error(e),
-    }
+    membership_call(s, bytes, net::JOIN, true, "joined", |node, id, addr| async move {
+        node.add_learner(id, addr, true).await?;
+        node.promote(id, PROMOTE_MAX_LAG).await
+    })
+    .await
 }
 
 /// The rest of a stream this node owns, for a replica that a resuming client reached.

@@ -159,6 +159,11 @@ pub fn parse_sse(text: &str) -> Vec<SseEvent> {
     events
 }
 
+/// The JSON-RPC messages carried by SSE events (the empty-data priming event skipped).
+pub fn data(events: &[SseEvent]) -> Vec<Value> {
+    events.iter().filter(|e| !e.data.is_empty()).map(|e| serde_json::from_str(&e.data).unwrap()).collect()
+}
+
 /// The JSON-RPC messages in a response body (JSON, or the non-empty data of SSE events).
 pub async fn messages_of(res: reqwest::Response) -> Vec<Value> {
     let sse = res.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream");
