@@ -121,6 +121,9 @@ pub struct RaftNode {
     /// Sessions with a touch in flight, so a burst of requests proposes one.
     touching: Mutex<HashSet<SessionId>>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Mailboxes this node created, with the log index of the create, until their owner's wait
+    /// settles: the wait (not the create) catches up with the create's application here.
+    created_here: Mutex<std::collections::HashMap<MailboxKey, u64>>,
     /// The MCP server and its streams, once built (they serve relayed resumption and cancels).
     pub mcp: std::sync::OnceLock<super::relay::McpHooks>,
 }
@@ -181,6 +184,7 @@ impl RaftNode {
             metrics,
             touching: Mutex::default(),
             tasks: Mutex::default(),
+            created_here: Mutex::default(),
             mcp: std::sync::OnceLock::new(),
             config,
         });
@@ -494,10 +498,13 @@ impl Mailbox for RaftMailbox {
         check_ttl(ttl)?;
         let command = Command::MailboxCreate { key: key.clone(), owner, ttl_ms: ttl.as_millis() as Millis };
         let (response, index) = self.0.propose(command).await?;
-        // The owner parks here next: make the mailbox visible locally first.
-        self.0.wait_applied(index).await?;
+        // Committed: a delivery anywhere finds it. This replica may apply it a moment later;
+        // `wait` catches up first, so the request can go out to the client meanwhile.
         match response {
-            Response::Created(outcome) => Ok(outcome),
+            Response::Created(outcome) => {
+                self.0.created_here.lock().unwrap().insert(key.clone(), index);
+                Ok(outcome)
+            }
             other => Err(MailboxError::Unavailable(format!("unexpected reply to create: {other:?}"))),
         }
     }
@@ -511,8 +518,17 @@ impl Mailbox for RaftMailbox {
     }
 
     async fn wait(&self, key: &MailboxKey, timeout: Duration) -> Result<WaitOutcome, MailboxError> {
+        let created = self.0.created_here.lock().unwrap().get(key).copied();
+        if let Some(index) = created
+            && !self.0.sm.applied_at_least(index, timeout).await
+        {
+            return Ok(WaitOutcome::TimedOut);
+        }
         let mut rx = match self.0.sm.watch(key) {
-            Watch::Settled(outcome) => return Ok(outcome),
+            Watch::Settled(outcome) => {
+                self.0.created_here.lock().unwrap().remove(key);
+                return Ok(outcome);
+            }
             Watch::Parked(rx) => rx,
         };
         let outcome = match tokio::time::timeout(timeout, rx.wait_for(Option::is_some)).await {
@@ -522,10 +538,14 @@ impl Mailbox for RaftMailbox {
         };
         drop(rx);
         self.0.sm.unpark(key);
+        if outcome != WaitOutcome::TimedOut {
+            self.0.created_here.lock().unwrap().remove(key);
+        }
         Ok(outcome)
     }
 
     async fn delete(&self, key: &MailboxKey) -> Result<(), MailboxError> {
+        self.0.created_here.lock().unwrap().remove(key);
         self.0.propose(Command::MailboxDelete { key: key.clone() }).await?;
         Ok(())
     }

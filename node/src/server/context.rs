@@ -20,7 +20,8 @@ use tokio_util::sync::CancellationToken;
 /// Something the server sends towards the client while handling one request.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outgoing {
-    Message(Message),
+    /// Boxed: a parked request's channel preallocates slots, and a bare `Message` is large.
+    Message(Box<Message>),
     /// End the current HTTP response now and let the client resume with `Last-Event-ID`
     /// (SSE polling). Transports without streams ignore it.
     Disconnect,
@@ -108,7 +109,7 @@ impl RequestContext {
     }
 
     fn send(&self, msg: Message) -> Result<(), ClientRequestError> {
-        self.out.send(Outgoing::Message(msg)).map_err(|_| ClientRequestError::ClientGone)
+        self.out.send(Outgoing::Message(Box::new(msg))).map_err(|_| ClientRequestError::ClientGone)
     }
 
     /// Send `notifications/progress` if the client asked for progress on this request.
@@ -149,7 +150,10 @@ impl RequestContext {
             return Err(ClientRequestError::CapabilityMissing("elicitation"));
         }
         check_flat_schema(&requested_schema)?;
-        let validator = jsonschema::validator_for(&requested_schema).map_err(|e| ClientRequestError::InvalidSchema(e.to_string()))?;
+        // Compile now to refuse a bad schema before asking, but don't hold the validator while
+        // parked (it is most of a parked call's memory): rebuild it when an answer is accepted.
+        jsonschema::validator_for(&requested_schema).map_err(|e| ClientRequestError::InvalidSchema(e.to_string()))?;
+        let params_schema = requested_schema.clone();
         let mut params = json!({"message": message.into(), "requestedSchema": requested_schema});
         if self.session.protocol_version.as_str() >= "2025-11-25" {
             params["mode"] = json!("form");
@@ -157,6 +161,7 @@ impl RequestContext {
         let answer = self.request(RequestKind::Elicitation, "elicitation/create", params).await?;
         let result: ElicitResult = serde_json::from_value(answer).map_err(|e| ClientRequestError::MalformedAnswer(e.to_string()))?;
         if result.action == ElicitAction::Accept {
+            let validator = jsonschema::validator_for(&params_schema).map_err(|e| ClientRequestError::InvalidSchema(e.to_string()))?;
             let content = Value::Object(result.content.clone().unwrap_or_default());
             if let Some(errors) = validation_errors(&validator, &content) {
                 return Err(ClientRequestError::InvalidContent(errors));

@@ -298,8 +298,8 @@ impl Server {
             };
             local.running.lock().unwrap().remove(&id);
             match response {
-                Some(Ok(result)) => drop(out.send(Outgoing::Message(Message::response(id, result)))),
-                Some(Err(error)) => drop(out.send(Outgoing::Message(Message::error(Some(id), error)))),
+                Some(Ok(result)) => drop(out.send(Outgoing::Message(Box::new(Message::response(id, result))))),
+                Some(Err(error)) => drop(out.send(Outgoing::Message(Box::new(Message::error(Some(id), error))))),
                 None => tracing::debug!(request = %id, "request cancelled by the client"),
             }
         });
@@ -560,7 +560,7 @@ impl Server {
 
 fn notify(session: &LocalSession, message: Message) {
     if let Some(out) = session.notifier.lock().unwrap().as_ref() {
-        let _ = out.send(Outgoing::Message(message));
+        let _ = out.send(Outgoing::Message(Box::new(message)));
     }
 }
 

@@ -20,7 +20,7 @@ pub async fn run(server: Server, input: impl AsyncBufRead + Unpin, mut output: i
         }
         Ok::<_, std::io::Error>(())
     });
-    let send = |message: Message| drop(out.send(Outgoing::Message(message)));
+    let send = |message: Message| drop(out.send(Outgoing::Message(Box::new(message))));
     let mut session: Option<SessionRecord> = None;
     let mut lines = input.lines();
     while let Some(line) = lines.next_line().await? {

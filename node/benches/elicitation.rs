@@ -1,0 +1,843 @@
+//! Elicitation benchmark (issue 4): the whole MCP round trip of a tool call that asks the user,
+//! against real `switchboard serve` processes, with a raw HTTP client (no SDK):
+//!
+//!   POST `tools/call confirm` → read the SSE stream until `elicitation/create` → POST the answer
+//!   (through the load balancer: usually to another replica) → read the stream on to the result.
+//!
+//! 1. A 3-node Raft cluster behind nginx (round-robin, no affinity, keep-alive upstreams), started
+//!    the way tests/e2e/cluster.py starts it; then the same cluster hit directly (answer on the
+//!    next node; everything on the leader; everything on a follower) to separate nginx, forwarding
+//!    and replication. Each row also gives the p50 of the three parts of a round trip.
+//! 2. One node with the in-memory store, hit directly and behind nginx, and a lone Raft node
+//!    (durable, no replication); clustered/single ratios in the summary.
+//! 3. Memory per parked call: RSS (VmRSS) before and after parking 10,000 calls — each read up to
+//!    its `elicitation/create`, then its connection dropped (the handler stays parked) — on a fresh
+//!    memory-store node and on a fresh cluster's follower (all three members' RSS shown); then
+//!    10,000 more for the marginal cost, and the same with `ask_llm` (sampling: no schema
+//!    validator held while parked) for comparison.
+//!
+//! `cargo bench -p switchboard-node --bench elicitation` (about a minute; nginx from NGINX_BIN,
+//! `nginx` on PATH or /usr/sbin/nginx — the cluster and load-balanced parts are skipped without
+//! it). Prints figures and targets; asserts only that every call came back confirmed.
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_switchboard");
+const PROTOCOL_VERSION: &str = "2025-11-25";
+const ACCEPT: &str = "application/json, text/event-stream";
+const NODE_HEADER: &str = "x-switchboard-node";
+
+const WARMUP: usize = 50;
+const SEQUENTIAL: usize = 500;
+const CONCURRENCY: usize = 64;
+const WINDOW: Duration = Duration::from_secs(5);
+const PARKED: usize = 10_000;
+const PARK_SESSIONS: usize = 100;
+const PARK_CONCURRENCY: usize = 400;
+/// Long enough that nothing parked expires during the run.
+const ELICITATION_TIMEOUT: &str = "10m";
+
+/// Failed round trips across the whole run (printed, then fatal at the end).
+static ERRORS: AtomicU64 = AtomicU64::new(0);
+
+fn error(context: &str, e: String) {
+    if ERRORS.fetch_add(1, Ordering::Relaxed) < 5 {
+        eprintln!("ERROR ({context}): {e}");
+    }
+}
+
+// ---- processes ---------------------------------------------------------------------------------
+
+/// A child process killed when dropped (nginx gets SIGTERM first so its master stops its workers).
+struct Proc {
+    child: Option<tokio::process::Child>,
+    term_first: bool,
+    log: PathBuf,
+}
+
+impl Proc {
+    fn pid(&self) -> u32 {
+        self.child.as_ref().and_then(|c| c.id()).expect("process is running")
+    }
+
+    fn exited(&mut self) -> bool {
+        self.child.as_mut().is_none_or(|c| !matches!(c.try_wait(), Ok(None)))
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+
+    fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else { return };
+        let wait = |child: &mut tokio::process::Child, limit: Duration| {
+            let deadline = Instant::now() + limit;
+            while Instant::now() < deadline {
+                if !matches!(child.try_wait(), Ok(None)) {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            false
+        };
+        if self.term_first
+            && let Some(pid) = child.id()
+        {
+            let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+            if wait(&mut child, Duration::from_secs(3)) {
+                return;
+            }
+        }
+        let _ = child.start_kill();
+        wait(&mut child, Duration::from_secs(5));
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn spawn(program: &Path, args: &[String], dir: &Path, log: PathBuf, term_first: bool) -> Proc {
+    let file = std::fs::File::create(&log).expect("log file");
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(file.try_clone().expect("log file"))
+        .stderr(file)
+        .kill_on_drop(true);
+    // Only the flags written here configure the nodes.
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("SWITCHBOARD_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env("SWITCHBOARD_LOG", "warn").env("NO_COLOR", "1");
+    let child = cmd.spawn().unwrap_or_else(|e| panic!("could not start {}: {e}", program.display()));
+    Proc { child: Some(child), term_first, log }
+}
+
+fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<_> = (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("free port")).collect();
+    held.iter().map(|l| l.local_addr().unwrap().port()).collect()
+}
+
+struct Node {
+    port: u16,
+    metrics_port: u16,
+    proc: Proc,
+}
+
+impl Node {
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+
+    fn metrics_url(&self) -> String {
+        format!("http://127.0.0.1:{}/metrics", self.metrics_port)
+    }
+}
+
+fn common_args() -> Vec<String> {
+    ["--tools", "default", "--elicitation-timeout", ELICITATION_TIMEOUT, "--sampling-timeout", ELICITATION_TIMEOUT, "--log-format", "json"]
+        .map(String::from)
+        .to_vec()
+}
+
+/// `size` Raft members with `--peers` (or one lone Raft member for `size` 1), as tests/e2e/cluster.py runs them.
+async fn start_raft(http: &reqwest::Client, dir: &Path, size: usize) -> Vec<Node> {
+    let secret = dir.join("cluster-secret");
+    let key = dir.join("encryption-key");
+    std::fs::write(&secret, random_hex()).unwrap();
+    std::fs::write(&key, random_hex()).unwrap();
+    let ports = free_ports(3 * size);
+    let peers: Vec<String> = (0..size).map(|i| format!("{i}=127.0.0.1:{}", ports[3 * i + 2])).collect();
+    let mut nodes = Vec::new();
+    for i in 0..size {
+        let (port, metrics_port, peer_port) = (ports[3 * i], ports[3 * i + 1], ports[3 * i + 2]);
+        let peer = format!("127.0.0.1:{peer_port}");
+        let mut args: Vec<String> = vec![
+            "serve".into(),
+            "--node-id".into(),
+            i.to_string(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+            "--metrics-listen".into(),
+            format!("127.0.0.1:{metrics_port}"),
+            "--peer-listen".into(),
+            peer.clone(),
+            "--advertise-peer".into(),
+            peer,
+            "--data-dir".into(),
+            dir.join(format!("node{i}")).display().to_string(),
+            "--heartbeat-interval".into(),
+            "50ms".into(),
+            "--election-timeout".into(),
+            "300ms".into(),
+        ];
+        if size > 1 {
+            args.extend(["--peers".into(), peers.join(","), "--cluster-secret-file".into(), secret.display().to_string()]);
+            args.extend(["--encryption-key-file".into(), key.display().to_string()]);
+        }
+        args.extend(common_args());
+        let proc = spawn(Path::new(BIN), &args, dir, dir.join(format!("node{i}.log")), false);
+        nodes.push(Node { port, metrics_port, proc });
+    }
+    wait_ready(http, &mut nodes).await;
+    nodes
+}
+
+/// One node with the in-memory store.
+async fn start_memory(http: &reqwest::Client, dir: &Path) -> Node {
+    let ports = free_ports(2);
+    let mut args: Vec<String> = vec![
+        "serve".into(),
+        "--store".into(),
+        "memory".into(),
+        "--listen".into(),
+        format!("127.0.0.1:{}", ports[0]),
+        "--metrics-listen".into(),
+        format!("127.0.0.1:{}", ports[1]),
+    ];
+    args.extend(common_args());
+    let proc = spawn(Path::new(BIN), &args, dir, dir.join("memory.log"), false);
+    let mut nodes = vec![Node { port: ports[0], metrics_port: ports[1], proc }];
+    wait_ready(http, &mut nodes).await;
+    nodes.pop().unwrap()
+}
+
+/// 64 random hex digits (a secret or a 256-bit key).
+fn random_hex() -> String {
+    format!("{:032x}{:032x}\n", rand::random::<u128>(), rand::random::<u128>())
+}
+
+async fn wait_ready(http: &reqwest::Client, nodes: &mut [Node]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for node in nodes.iter_mut() {
+        loop {
+            if node.proc.exited() {
+                panic!("a node exited while starting:\n{}", node.proc.log_tail());
+            }
+            let url = format!("http://127.0.0.1:{}/readyz", node.metrics_port);
+            if http.get(&url).send().await.is_ok_and(|r| r.status() == 200) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "node not ready after 60 s:\n{}", node.proc.log_tail());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn nginx_bin() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("NGINX_BIN") {
+        return Some(PathBuf::from(p));
+    }
+    let on_path = std::env::var_os("PATH").into_iter().flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).map(|d| d.join("nginx"));
+    on_path.chain([PathBuf::from("/usr/sbin/nginx")]).find(|p| p.is_file())
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .unwrap_or(false)
+}
+
+/// The nginx.conf of tests/e2e/cluster.py (round-robin, no affinity, unbuffered, HTTP/1.1, Host
+/// passed through) plus keep-alive upstream connections.
+fn nginx_conf(dir: &Path, front_port: u16, upstreams: &[u16]) -> String {
+    let w = dir.display();
+    let user = if is_root() { "user root;\n" } else { "" };
+    let servers: String = upstreams.iter().map(|p| format!("        server 127.0.0.1:{p};\n")).collect();
+    format!(
+        r#"# generated by node/benches/elicitation.rs
+daemon off;
+master_process on;
+worker_processes 1;
+{user}pid {w}/nginx.pid;
+error_log {w}/nginx-error.log warn;
+
+events {{
+    worker_connections 1024;
+}}
+
+http {{
+    access_log off;
+    client_body_temp_path {w}/nginx-temp/client_body;
+    proxy_temp_path {w}/nginx-temp/proxy;
+    fastcgi_temp_path {w}/nginx-temp/fastcgi;
+    uwsgi_temp_path {w}/nginx-temp/uwsgi;
+    scgi_temp_path {w}/nginx-temp/scgi;
+
+    upstream switchboard {{
+{servers}        keepalive 64;
+    }}
+
+    server {{
+        listen 127.0.0.1:{front_port};
+        client_max_body_size 8m;
+
+        location / {{
+            proxy_pass http://switchboard;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host $http_host;
+            proxy_buffering off;
+            proxy_cache off;
+            proxy_read_timeout 300s;
+            chunked_transfer_encoding on;
+        }}
+    }}
+}}
+"#
+    )
+}
+
+/// nginx in front of `upstreams`; returns it and the front door's MCP URL.
+async fn start_nginx(http: &reqwest::Client, nginx: &Path, dir: &Path, upstreams: &[u16]) -> (Proc, String) {
+    let front = free_ports(1)[0];
+    std::fs::create_dir_all(dir.join("nginx-temp")).unwrap();
+    let conf = dir.join("nginx.conf");
+    std::fs::write(&conf, nginx_conf(dir, front, upstreams)).unwrap();
+    let args: Vec<String> =
+        vec!["-c".into(), conf.display().to_string(), "-p".into(), dir.display().to_string(), "-e".into(), dir.join("nginx-error.log").display().to_string()];
+    let mut proc = spawn(nginx, &args, dir, dir.join("nginx-stderr.log"), true);
+    let url = format!("http://127.0.0.1:{front}/mcp");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        assert!(!proc.exited(), "nginx exited:\n{}", proc.log_tail());
+        // Any answer from an upstream (it carries the node header) means the chain works.
+        if http.get(&url).send().await.is_ok_and(|r| r.headers().contains_key(NODE_HEADER)) {
+            return (proc, url);
+        }
+        assert!(Instant::now() < deadline, "nginx front door not answering");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn rss_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("process status");
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS line");
+    line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("VmRSS value")
+}
+
+async fn metric(http: &reqwest::Client, url: &str, name: &str) -> Option<f64> {
+    let text = http.get(url).send().await.ok()?.text().await.ok()?;
+    text.lines().find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+}
+
+// ---- the raw MCP client ------------------------------------------------------------------------
+
+fn post(http: &reqwest::Client, url: &str, session: Option<&str>, body: &Value) -> reqwest::RequestBuilder {
+    let mut request = http.post(url).header("accept", ACCEPT).json(body);
+    if let Some(session) = session {
+        request = request.header("mcp-session-id", session).header("mcp-protocol-version", PROTOCOL_VERSION);
+    }
+    request
+}
+
+fn node_of(response: &reqwest::Response) -> String {
+    response.headers().get(NODE_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("?").to_string()
+}
+
+/// initialize (declaring form elicitation and sampling) + notifications/initialized; returns the session id.
+async fn initialize(http: &reqwest::Client, url: &str) -> Result<String, String> {
+    let body = json!({
+        "jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": PROTOCOL_VERSION, "capabilities": {"elicitation": {}, "sampling": {}}, "clientInfo": {"name": "elicitation-bench", "version": "0"}}
+    });
+    let response = post(http, url, None, &body).send().await.map_err(|e| format!("initialize: {e}"))?;
+    let session = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(String::from);
+    let status = response.status();
+    let text = response.text().await.map_err(|e| e.to_string())?;
+    let session = session.filter(|_| status == 200).ok_or_else(|| format!("initialize: {status} {text}"))?;
+    let response = post(http, url, Some(&session), &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .send()
+        .await
+        .map_err(|e| format!("notifications/initialized: {e}"))?;
+    if response.status() != 202 {
+        return Err(format!("notifications/initialized: {}", response.status()));
+    }
+    Ok(session)
+}
+
+/// JSON-RPC messages of an SSE body (events without data — priming, keep-alives — skipped).
+struct Sse {
+    body: BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    buffer: Vec<u8>,
+}
+
+impl Sse {
+    async fn next_message(&mut self) -> Result<Option<Value>, String> {
+        loop {
+            if let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
+                let event: Vec<u8> = self.buffer.drain(..end + 2).collect();
+                let text = String::from_utf8_lossy(&event);
+                let data: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("data:")).map(|d| d.strip_prefix(' ').unwrap_or(d)).collect();
+                let payload = data.join("\n");
+                if payload.trim().is_empty() {
+                    continue;
+                }
+                return serde_json::from_str(&payload).map(Some).map_err(|e| format!("bad SSE data {payload:?}: {e}"));
+            }
+            match self.body.next().await {
+                Some(Ok(chunk)) => self.buffer.extend_from_slice(&chunk),
+                Some(Err(e)) => return Err(format!("reading the stream: {e}")),
+                None => return Ok(None),
+            }
+        }
+    }
+}
+
+/// A tool that parks on a server-to-client request.
+#[derive(Clone, Copy, PartialEq)]
+enum Parks {
+    /// `confirm`: `elicitation/create` (form; the handler holds a compiled schema validator).
+    Elicitation,
+    /// `ask_llm`: `sampling/createMessage` (no validator).
+    Sampling,
+}
+
+impl Parks {
+    fn call(self) -> (&'static str, Value, &'static str) {
+        match self {
+            Parks::Elicitation => ("confirm", json!({"action": "bench"}), "elicitation/create"),
+            Parks::Sampling => ("ask_llm", json!({"prompt": "bench"}), "sampling/createMessage"),
+        }
+    }
+}
+
+/// POST `tools/call confirm` and read its stream up to the `elicitation/create` request:
+/// (the stream, the node that answered, the elicitation's request id).
+async fn call_until_elicitation(http: &reqwest::Client, url: &str, session: &str, call_id: u64) -> Result<(Sse, String, Value), String> {
+    call_until_parked(http, url, session, call_id, Parks::Elicitation).await
+}
+
+/// POST the tool call and read its stream up to the server-to-client request.
+async fn call_until_parked(http: &reqwest::Client, url: &str, session: &str, call_id: u64, parks: Parks) -> Result<(Sse, String, Value), String> {
+    let (tool, arguments, method) = parks.call();
+    let body = json!({"jsonrpc": "2.0", "id": call_id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}});
+    let response = post(http, url, Some(session), &body).send().await.map_err(|e| format!("tools/call: {e}"))?;
+    let status = response.status();
+    if status != 200 {
+        return Err(format!("tools/call: {status} {}", response.text().await.unwrap_or_default()));
+    }
+    let node = node_of(&response);
+    let mut sse = Sse { body: response.bytes_stream().boxed(), buffer: Vec::new() };
+    loop {
+        match sse.next_message().await? {
+            Some(m) if m["method"] == method => {
+                let id = m["id"].clone();
+                return Ok((sse, node, id));
+            }
+            Some(m) if m["id"] == json!(call_id) => return Err(format!("tools/call ended before {method}: {m}")),
+            Some(_) => {}
+            None => return Err(format!("tools/call stream ended before {method}")),
+        }
+    }
+}
+
+struct Trip {
+    elapsed: Duration,
+    /// tools/call sent → elicitation/create read (includes committing the mailbox).
+    to_elicitation: Duration,
+    /// answer POST sent → its 202 (includes committing the delivery).
+    answer: Duration,
+    /// 202 → result read (the owner applies the delivery, wakes the handler, writes the result).
+    to_result: Duration,
+    /// The answer was taken by another node than the tools/call.
+    crossed: bool,
+}
+
+/// One elicitation round trip: tools/call on `call_url`, the answer POSTed to `answer_url`.
+async fn round_trip(http: &reqwest::Client, call_url: &str, answer_url: &str, session: &str, call_id: u64) -> Result<Trip, String> {
+    let start = Instant::now();
+    let (mut sse, call_node, elicitation_id) = call_until_elicitation(http, call_url, session, call_id).await?;
+    let elicited = start.elapsed();
+    let answer = json!({"jsonrpc": "2.0", "id": elicitation_id, "result": {"action": "accept", "content": {"confirm": true}}});
+    let response = post(http, answer_url, Some(session), &answer).send().await.map_err(|e| format!("answer: {e}"))?;
+    let answer_node = node_of(&response);
+    if response.status() != 202 {
+        return Err(format!("answer: {} {}", response.status(), response.text().await.unwrap_or_default()));
+    }
+    let _ = response.bytes().await;
+    let answered = start.elapsed();
+    loop {
+        match sse.next_message().await? {
+            Some(m) if m["id"] == json!(call_id) => {
+                let elapsed = start.elapsed();
+                if m["result"]["structuredContent"]["answer"] != "confirmed" {
+                    return Err(format!("tools/call result is not confirmed: {m}"));
+                }
+                // The stream ends right after the result; finish it so the connection is reused.
+                while sse.next_message().await?.is_some() {}
+                let (to_elicitation, answer, to_result) = (elicited, answered - elicited, elapsed - answered);
+                return Ok(Trip { elapsed, to_elicitation, answer, to_result, crossed: call_node != answer_node });
+            }
+            Some(_) => {}
+            None => return Err("tools/call stream ended before the result".into()),
+        }
+    }
+}
+
+// ---- workloads ---------------------------------------------------------------------------------
+
+/// Where tools/call and answers go: trip `i` calls `calls[i % n]` and answers at `answers[i % n]`.
+#[derive(Clone)]
+struct Route {
+    calls: Vec<String>,
+    answers: Vec<String>,
+}
+
+impl Route {
+    /// Everything to one URL (a node, or the load balancer).
+    fn one(url: &str) -> Route {
+        Route { calls: vec![url.to_string()], answers: vec![url.to_string()] }
+    }
+
+    /// Straight to the nodes, every answer to the node after the one that took the call.
+    fn across(urls: &[String]) -> Route {
+        let n = urls.len();
+        Route { calls: urls.to_vec(), answers: (0..n).map(|i| urls[(i + 1) % n].clone()).collect() }
+    }
+
+    fn pick(&self, i: usize) -> (&str, &str) {
+        let k = i % self.calls.len();
+        (&self.calls[k], &self.answers[k])
+    }
+}
+
+struct Figures {
+    /// Sequential: p50 of tools/call → elicitation/create, answer → 202, 202 → result.
+    phases: [Duration; 3],
+    p50: Duration,
+    p99: Duration,
+    per_sec: f64,
+    load_p50: Duration,
+    load_p99: Duration,
+    crossed: usize,
+    trips: usize,
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+async fn workload(http: &reqwest::Client, route: &Route) -> Figures {
+    let session = initialize(http, &route.calls[0]).await.expect("initialize");
+    let (mut crossed, mut trips) = (0, 0);
+    let mut samples = Vec::with_capacity(SEQUENTIAL);
+    let mut phases: [Vec<Duration>; 3] = Default::default();
+    for i in 0..WARMUP + SEQUENTIAL {
+        let (call, answer) = route.pick(i);
+        match round_trip(http, call, answer, &session, i as u64 + 1).await {
+            Ok(trip) if i >= WARMUP => {
+                samples.push(trip.elapsed);
+                for (k, d) in [trip.to_elicitation, trip.answer, trip.to_result].into_iter().enumerate() {
+                    phases[k].push(d);
+                }
+                crossed += trip.crossed as usize;
+                trips += 1;
+            }
+            Ok(_) => {}
+            Err(e) => error("sequential", e),
+        }
+    }
+    samples.sort();
+    let phases = phases.map(|mut v| {
+        v.sort();
+        percentile(&v, 0.5)
+    });
+
+    let sessions = futures::future::join_all((0..CONCURRENCY).map(|w| initialize(http, route.pick(w).0))).await;
+    let stop = Instant::now() + WINDOW;
+    let started = Instant::now();
+    let workers: Vec<_> = sessions
+        .into_iter()
+        .enumerate()
+        .map(|(w, session)| {
+            let (http, route) = (http.clone(), route.clone());
+            tokio::spawn(async move {
+                let session = session.expect("initialize");
+                let (mut latencies, mut crossed) = (Vec::new(), 0);
+                let mut i = w;
+                while Instant::now() < stop {
+                    let (call, answer) = route.pick(i);
+                    match round_trip(&http, call, answer, &session, i as u64 + 1).await {
+                        Ok(trip) => {
+                            latencies.push(trip.elapsed);
+                            crossed += trip.crossed as usize;
+                        }
+                        Err(e) => error("concurrent", e),
+                    }
+                    i += 1;
+                }
+                (latencies, crossed)
+            })
+        })
+        .collect();
+    let mut under_load = Vec::new();
+    for w in workers {
+        let (latencies, c) = w.await.expect("worker");
+        trips += latencies.len();
+        crossed += c;
+        under_load.extend(latencies);
+    }
+    let elapsed = started.elapsed();
+    under_load.sort();
+    Figures {
+        phases,
+        p50: percentile(&samples, 0.5),
+        p99: percentile(&samples, 0.99),
+        per_sec: under_load.len() as f64 / elapsed.as_secs_f64(),
+        load_p50: percentile(&under_load, 0.5),
+        load_p99: percentile(&under_load, 0.99),
+        crossed,
+        trips,
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn row(name: &str, f: &Figures) {
+    println!(
+        "  {name:<40} p50 {:>6.3} ms  p99 {:>6.3} ms  | {CONCURRENCY} sessions: {:>6.0} trips/s (p50 {:>6.2} ms, p99 {:>6.2} ms) | answer on another node {:>5.1}%",
+        ms(f.p50),
+        ms(f.p99),
+        f.per_sec,
+        ms(f.load_p50),
+        ms(f.load_p99),
+        100.0 * f.crossed as f64 / f.trips.max(1) as f64
+    );
+    println!(
+        "  {:<40} p50 of the parts: call -> elicitation/create {:.3} ms, answer -> 202 {:.3} ms, 202 -> result {:.3} ms",
+        "",
+        ms(f.phases[0]),
+        ms(f.phases[1]),
+        ms(f.phases[2])
+    );
+}
+
+// ---- parked calls ------------------------------------------------------------------------------
+
+struct Parked {
+    /// (label, RSS before, after the first PARKED calls, after PARKED more), in KB, per process watched.
+    rss: Vec<(String, u64, u64, u64)>,
+    parked: [usize; 2],
+    took: Duration,
+    pending: Option<f64>,
+}
+
+impl Parked {
+    /// (RSS after − RSS before) / PARKED for watched process `i`.
+    fn per_call_kb(&self, i: usize) -> f64 {
+        let (_, before, after, _) = &self.rss[i];
+        (*after as f64 - *before as f64) / self.parked[0].max(1) as f64
+    }
+
+    /// The same for the second PARKED calls (fixed costs already paid).
+    fn marginal_kb(&self, i: usize) -> f64 {
+        let (_, _, after, more) = &self.rss[i];
+        (*more as f64 - *after as f64) / self.parked[1].max(1) as f64
+    }
+}
+
+/// Park PARKED calls on the node at `url` (each read to its server-to-client request, then its
+/// connection dropped: the handler stays parked) and measure the RSS of `watch` (the owner
+/// first) before and after; then PARKED more for the marginal cost.
+async fn park(http: &reqwest::Client, url: &str, metrics_url: &str, watch: &[(String, u32)], parks: Parks) -> Parked {
+    let sessions: Vec<String> = futures::stream::iter(0..PARK_SESSIONS)
+        .map(|_| initialize(http, url))
+        .buffer_unordered(50)
+        .map(|s| s.expect("initialize"))
+        .collect()
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut rss: Vec<Vec<u64>> = vec![watch.iter().map(|(_, pid)| rss_kb(*pid)).collect()];
+    let (mut parked, mut took, mut pending) = ([0; 2], Duration::ZERO, None);
+    for round in 0..2 {
+        let start = Instant::now();
+        let sessions = &sessions;
+        parked[round] = futures::stream::iter(0..PARKED)
+            .map(|i| async move {
+                let call_id = (round * PARKED + i) as u64 / PARK_SESSIONS as u64 + 1;
+                // Dropping the stream closes the connection; the handler stays parked.
+                call_until_parked(http, url, &sessions[i % PARK_SESSIONS], call_id, parks).await.map(drop)
+            })
+            .buffer_unordered(PARK_CONCURRENCY)
+            .filter_map(|r| async move { r.map_err(|e| error("park", e)).ok() })
+            .count()
+            .await;
+        if round == 0 {
+            took = start.elapsed();
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if round == 0 {
+            pending = metric(http, metrics_url, "switchboard_mailboxes_pending").await;
+        }
+        rss.push(watch.iter().map(|(_, pid)| rss_kb(*pid)).collect());
+    }
+    let rss = watch.iter().enumerate().map(|(i, (label, _))| (label.clone(), rss[0][i], rss[1][i], rss[2][i])).collect();
+    Parked { rss, parked, took, pending }
+}
+
+fn park_report(name: &str, p: &Parked, pending_note: &str) {
+    println!("  {name}: {} calls parked in {:.1} s ({PARK_CONCURRENCY} at a time over {PARK_SESSIONS} sessions)", p.parked[0], p.took.as_secs_f64());
+    match p.pending {
+        Some(v) => println!("    switchboard_mailboxes_pending on the owner after them: {v}{pending_note}"),
+        None => println!("    switchboard_mailboxes_pending: not published"),
+    }
+    for (i, (label, before, after, more)) in p.rss.iter().enumerate() {
+        println!(
+            "    {label:<26} RSS {:>7.1} MB -> {:>7.1} MB: {:>6.2} KB per parked call   (next {} parked: -> {:>7.1} MB, {:>6.2} KB each)",
+            *before as f64 / 1024.0,
+            *after as f64 / 1024.0,
+            p.per_call_kb(i),
+            p.parked[1],
+            *more as f64 / 1024.0,
+            p.marginal_kb(i)
+        );
+    }
+}
+
+fn rss_line(label: &str, trips: usize, pids: &[(String, u32)]) {
+    let list: Vec<String> = pids.iter().map(|(name, pid)| format!("{name} {:.1} MB", rss_kb(*pid) as f64 / 1024.0)).collect();
+    println!("  RSS of the {label} after ~{trips} round trips: {}", list.join(", "));
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok { "met" } else { "MISSED" }
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let http = reqwest::Client::builder().tcp_nodelay(true).pool_idle_timeout(Duration::from_secs(30)).build().unwrap();
+        let nginx = nginx_bin();
+        println!(
+            "elicitation benchmark: tools/call confirm -> elicitation/create -> answer -> result; {SEQUENTIAL} sequential round trips (after {WARMUP} warm-up) for latency, {CONCURRENCY} concurrent sessions for {WINDOW:?} for throughput"
+        );
+        if nginx.is_none() {
+            println!("nginx not found (NGINX_BIN, PATH, /usr/sbin/nginx): the load-balanced figures are skipped");
+        }
+        let trips = |f: &Figures| f.trips + WARMUP;
+
+        // 1. The cluster.
+        let mut clustered = None;
+        let mut cluster_park = None;
+        if let Some(nginx) = &nginx {
+            println!("\n1. 3-node Raft cluster (fsync'd log, heartbeat 50 ms)");
+            let dir = tempfile::tempdir().unwrap();
+            let mut nodes = start_raft(&http, dir.path(), 3).await;
+            let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
+            let (mut front, url) = start_nginx(&http, nginx, &dir.path().join("nginx"), &ports).await;
+            let leader = metric(&http, &nodes[0].metrics_url(), "switchboard_raft_leader").await.map(|l| l as usize).filter(|l| *l < 3).unwrap_or(0);
+            let follower = (leader + 1) % 3;
+            let urls: Vec<String> = nodes.iter().map(Node::url).collect();
+            let f = workload(&http, &Route::one(&url)).await;
+            row("through nginx (round-robin)", &f);
+            let mut served = trips(&f);
+            clustered = Some(f);
+            for (name, route) in [
+                ("direct, answer on the next node", Route::across(&urls)),
+                ("direct, all on the leader", Route::one(&urls[leader])),
+                ("direct, all on a follower", Route::one(&urls[follower])),
+            ] {
+                let f = workload(&http, &route).await;
+                row(name, &f);
+                served += trips(&f);
+            }
+            let pids: Vec<(String, u32)> =
+                nodes.iter().enumerate().map(|(i, n)| (format!("node {i}{}", if i == leader { " (leader)" } else { "" }), n.proc.pid())).collect();
+            rss_line("nodes", served, &pids);
+            front.stop();
+            for n in &mut nodes {
+                n.proc.stop();
+            }
+            drop(dir);
+
+            // 3b, on a fresh cluster.
+            let dir = tempfile::tempdir().unwrap();
+            let mut nodes = start_raft(&http, dir.path(), 3).await;
+            let leader = metric(&http, &nodes[0].metrics_url(), "switchboard_raft_leader").await.map(|l| l as usize);
+            let owner = (0..3).find(|i| Some(*i) != leader).unwrap();
+            let role = |i: usize| if Some(i) == leader { "leader" } else { "follower" };
+            let mut watch = vec![(format!("node {owner} (owner, {})", role(owner)), nodes[owner].proc.pid())];
+            watch.extend((0..3).filter(|i| *i != owner).map(|i| (format!("node {i} ({})", role(i)), nodes[i].proc.pid())));
+            let p = park(&http, &nodes[owner].url(), &nodes[owner].metrics_url(), &watch, Parks::Elicitation).await;
+            println!("\n3b. memory per parked elicitation, fresh 3-node cluster (calls sent straight to one follower)");
+            park_report("cluster", &p, "");
+            cluster_park = Some(p.per_call_kb(0));
+            for n in &mut nodes {
+                n.proc.stop();
+            }
+        }
+
+        // 2. One node.
+        println!("\n2. one node");
+        let dir = tempfile::tempdir().unwrap();
+        let mut node = start_memory(&http, dir.path()).await;
+        let single = workload(&http, &Route::one(&node.url())).await;
+        row("memory store, direct", &single);
+        let mut served = trips(&single);
+        if let Some(nginx) = &nginx {
+            let (mut front, url) = start_nginx(&http, nginx, &dir.path().join("nginx"), &[node.port]).await;
+            let f = workload(&http, &Route::one(&url)).await;
+            row("memory store, through nginx", &f);
+            served += trips(&f);
+            front.stop();
+        }
+        rss_line("memory-store node", served, &[("node".into(), node.proc.pid())]);
+        node.proc.stop();
+        {
+            let raft_dir = tempfile::tempdir().unwrap();
+            let mut lone = start_raft(&http, raft_dir.path(), 1).await;
+            row("1-node Raft store (fsync), direct", &workload(&http, &Route::one(&lone[0].url())).await);
+            lone[0].proc.stop();
+        }
+
+        println!("\n3a. memory per parked call, fresh node with the memory store");
+        let mut memory_park = 0.0;
+        for parks in [Parks::Elicitation, Parks::Sampling] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut node = start_memory(&http, dir.path()).await;
+            let p = park(&http, &node.url(), &node.metrics_url(), &[("memory-store node".to_string(), node.proc.pid())], parks).await;
+            node.proc.stop();
+            if parks == Parks::Elicitation {
+                park_report("elicitation (confirm)", &p, " (the memory store does not publish this gauge)");
+                memory_park = p.per_call_kb(0);
+            } else {
+                park_report("for comparison, sampling (ask_llm: no schema validator)", &p, " (not published by the memory store)");
+            }
+        }
+
+        println!("\nsummary (targets)");
+        if let Some(c) = &clustered {
+            println!("  clustered p50 {:.3} ms (target < 3 ms): {}", ms(c.p50), verdict(c.p50 < Duration::from_millis(3)));
+            let ratio = c.p50.as_secs_f64() / single.p50.as_secs_f64();
+            println!("  clustered/single p50 x{ratio:.2} (target < 2x): {}", verdict(ratio < 2.0));
+            println!("  clustered/single throughput x{:.2} ({:.0} vs {:.0} trips/s)", c.per_sec / single.per_sec, c.per_sec, single.per_sec);
+        }
+        println!("  per parked call, memory store: {memory_park:.2} KB (target < 8 KB): {}", verdict(memory_park < 8.0));
+        if let Some(kb) = cluster_park {
+            println!("  per parked call, cluster member (owner): {kb:.2} KB (target < 8 KB): {}", verdict(kb < 8.0));
+        }
+        let errors = ERRORS.load(Ordering::Relaxed);
+        assert_eq!(errors, 0, "{errors} round trips failed (first ones printed above)");
+    });
+}
