@@ -3,9 +3,11 @@
 #
 #   1. installs the test tools into .tools/ (Node 22, the MCP conformance suite) if missing
 #   2. cargo test --workspace (all Rust unit and integration tests)
-#   3. end-to-end tests: real nginx in front of 3 real nodes, the Python MCP SDK, and the
+#   3. the Helm chart: helm lint, helm template, kubernetes-validate --strict, CRD drift
+#      (scripts/chart-check.sh; installs Helm and the validator into .tools)
+#   4. end-to-end tests: real nginx in front of 3 real nodes, the Python MCP SDK, and the
 #      conformance suite through nginx (scripts/e2e.sh; installs nginx and a venv)
-#   4. the MCP conformance suite against one switchboard node (scripts/conformance.sh)
+#   5. the MCP conformance suite against one switchboard node (scripts/conformance.sh)
 #
 # Needs: Rust/cargo, python3, node + npm (any version; Node 22 is installed locally).
 # Exits non-zero if any step fails. On success the last line is `Total: N passed, M failed`.
@@ -30,6 +32,10 @@ cargo test --workspace
 step "build switchboard"
 # cargo test does not necessarily build the binary itself; make sure the one tested is current.
 cargo build -p switchboard-node --bin switchboard
+
+step "Helm chart and manifests (helm lint, helm template, kubernetes-validate, CRD drift)"
+cargo build -p switchboard-operator --bin switchboard-operator
+SWITCHBOARD_OPERATOR_BIN="$REPO/target/debug/switchboard-operator" bash "$REPO/scripts/chart-check.sh"
 
 step "end-to-end: nginx + 3 nodes, Python MCP SDK, conformance suite through nginx"
 bash "$REPO/scripts/e2e.sh"

@@ -295,8 +295,12 @@ fn hostname() -> String {
 fn raft_config(args: &ServeArgs, node_id: u64) -> Result<RaftNodeConfig, CliError> {
     let membership = match (&args.peers, &args.join) {
         (Some(peers), _) => {
-            if !peers.contains_key(&node_id) {
-                return Err(CliError::Config(format!("--peers does not list this node's id {node_id}")));
+            // A node beyond the founding members (a StatefulSet scaled up) starts empty and waits
+            // to be added as a learner through the admin API.
+            if !peers.contains_key(&node_id) && args.advertise_peer.is_none() {
+                return Err(CliError::Config(format!(
+                    "--peers does not list this node's id {node_id}: give --advertise-peer so the cluster can add it"
+                )));
             }
             Membership::Peers(peers.clone())
         }
@@ -311,7 +315,7 @@ fn raft_config(args: &ServeArgs, node_id: u64) -> Result<RaftNodeConfig, CliErro
     let advertise = match &args.advertise_peer {
         Some(a) => a.clone(),
         None => match &membership {
-            Membership::Peers(peers) => peers[&node_id].clone(),
+            Membership::Peers(peers) => peers.get(&node_id).cloned().expect("checked above"),
             _ => format!("{}:{}", if args.peer_listen.ip().is_unspecified() { hostname() } else { args.peer_listen.ip().to_string() }, args.peer_listen.port()),
         },
     };

@@ -104,7 +104,7 @@ async fn bad_flags_are_refused_with_clear_errors() {
     std::fs::write(dir.path().join("short-key"), "abcd").unwrap();
     for (args, expected) in [
         (vec!["serve", "--peers", "0=a"], "expected HOST:PORT"),
-        (vec!["serve", "--node-id", "5", "--peers", "0=127.0.0.1:1", "--encryption-key-file", "key"], "does not list this node's id 5"),
+        (vec!["serve", "--node-id", "5", "--peers", "0=127.0.0.1:1", "--encryption-key-file", "key"], "give --advertise-peer"),
         (vec!["serve", "--node-id", "0", "--encryption-key-file", "short-key"], "invalid id-encryption key"),
         (vec!["serve", "--node-id", "0", "--encryption-key-file", "missing"], "could not read missing"),
         (vec!["serve", "--node-id", "0", "--peers", "0=127.0.0.1:1"], "--encryption-key-file is required"),

@@ -201,6 +201,10 @@ impl RaftNode {
         match &self.config.membership {
             Membership::Single => self.initialize(BTreeMap::from([me])).await,
             Membership::Peers(peers) => {
+                if !peers.contains_key(&self.id) {
+                    tracing::info!("not a founding member: waiting to be added as a learner");
+                    return Ok(());
+                }
                 if peers.keys().next() != Some(&self.id) {
                     return Ok(()); // the lowest id bootstraps; the others are contacted by it
                 }

