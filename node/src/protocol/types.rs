@@ -10,8 +10,6 @@ use serde_json::{Value, json};
 /// for one we don't know.
 pub const SUPPORTED_PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
 pub const LATEST_PROTOCOL_VERSION: &str = SUPPORTED_PROTOCOL_VERSIONS[0];
-/// What a Streamable HTTP request without `MCP-Protocol-Version` is taken to speak (spec rule).
-pub const DEFAULT_HTTP_PROTOCOL_VERSION: &str = "2025-03-26";
 
 pub fn is_supported_version(v: &str) -> bool {
     SUPPORTED_PROTOCOL_VERSIONS.contains(&v)
@@ -65,9 +63,6 @@ impl ClientCapabilities {
     }
     pub fn sampling_tools(&self) -> bool {
         self.get("sampling").and_then(|s| s.get("tools")).is_some()
-    }
-    pub fn roots(&self) -> bool {
-        self.get("roots").is_some()
     }
 }
 

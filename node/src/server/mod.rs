@@ -17,7 +17,7 @@ use crate::mailbox::{DeliverOutcome, Mailbox};
 use crate::metrics::Metrics;
 use crate::protocol::jsonrpc::{ErrorObject, Message, RESOURCE_NOT_FOUND, RequestId};
 use crate::protocol::types::{
-    CallToolResult, Implementation, InitializeParams, LATEST_PROTOCOL_VERSION, LogLevel, negotiate_version,
+    CallToolResult, Implementation, InitializeParams, LogLevel, negotiate_version,
 };
 use crate::session::{SessionError, SessionId, SessionRecord, SessionStore};
 use serde_json::{Map, Value, json};
@@ -212,6 +212,11 @@ impl Server {
 
     fn local(&self, id: &SessionId) -> Arc<LocalSession> {
         let mut local = self.inner.local.lock().unwrap();
+        if !local.contains_key(id) && local.len() % 256 == 255 {
+            // Sessions that ended by TTL leave entries behind; an idle one (held by no task,
+            // nothing running, no stream attached) holds nothing the replicated record doesn't.
+            local.retain(|_, l| Arc::strong_count(l) > 1 || !l.running.lock().unwrap().is_empty() || l.notifier.lock().unwrap().is_some());
+        }
         let entry = local.entry(id.clone()).or_default().clone();
         self.inner.metrics.set_local_sessions(local.len());
         entry
@@ -551,10 +556,6 @@ impl Server {
             self.notify_all("notifications/tools/list_changed");
         }
         removed
-    }
-
-    pub fn latest_protocol_version(&self) -> &'static str {
-        LATEST_PROTOCOL_VERSION
     }
 }
 
