@@ -392,7 +392,8 @@ async fn serve(args: ServeArgs) -> Result<(), CliError> {
             (m, s, None)
         }
         StoreKind::Raft => {
-            let config = raft_config(&args, node_id)?;
+            let mut config = raft_config(&args, node_id)?;
+            config.key_fingerprint = Some(sealer.key_fingerprint());
             let listener = bind(args.peer_listen).await?;
             tracing::info!(node_id, peer = %listener.local_addr()?, advertise = %config.advertise, data_dir = %config.data_dir.display(), "starting Raft member");
             let member = Member::start(config, listener, metrics.clone()).await?;
@@ -430,7 +431,7 @@ async fn cluster(args: ClusterArgs) -> Result<(), CliError> {
         Some(path) => read_secret(path)?,
         None => return Err(CliError::Config("--cluster-secret-file is required to talk to the peer port".into())),
     };
-    let client = PeerClient::new(secret, None);
+    let client = PeerClient::new(secret, None, None);
     use crate::raft::network as net;
     let reply: serde_json::Value = match args.action {
         ClusterAction::Status => serde_json::to_value(client.admin::<ClusterStatus>(&args.peer, net::STATUS, None).await?).expect("status serializes"),

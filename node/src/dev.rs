@@ -100,6 +100,7 @@ pub async fn run(options: DevOptions, shutdown: impl Future<Output = ()> + Send 
     let starts = peer_listeners.into_iter().enumerate().map(|(i, listener)| {
         let mut config = RaftNodeConfig::new(i as u64, data_dir.join(format!("node-{i}")), peers[&(i as u64)].clone(), secret.clone());
         config.membership = Membership::Peers(peers.clone());
+        config.key_fingerprint = Some(sealer.key_fingerprint());
         let metrics = Arc::new(Metrics::new());
         async move { Member::start(config, listener, metrics.clone()).await.map(|m| (m, metrics)) }
     });

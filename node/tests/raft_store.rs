@@ -149,3 +149,24 @@ async fn peer_requests_without_the_secret_are_refused_and_change_nothing() {
     assert_eq!(before.last_log_index, after.last_log_index);
     cluster.stop_all().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_with_another_id_key_is_refused_loudly() {
+    let mut cluster = TestCluster::start_with(1, |c| c.key_fingerprint = Some("aaaa".into())).await;
+    let addr = cluster.members[0].as_ref().unwrap().peer_addr;
+    let http = reqwest::Client::new();
+    let status = |fp: Option<&'static str>| {
+        let mut request = http.get(format!("http://{addr}/admin/status")).bearer_auth(SECRET);
+        if let Some(fp) = fp {
+            request = request.header("x-switchboard-key", fp);
+        }
+        request.send()
+    };
+    let res = status(Some("bbbb")).await.unwrap();
+    assert_eq!(res.status(), 403);
+    assert!(res.text().await.unwrap().contains("id-encryption key differs"));
+    assert_eq!(cluster.metrics[0].peer_refused_count("key_mismatch"), 1);
+    assert_eq!(status(Some("aaaa")).await.unwrap().status(), 200);
+    assert_eq!(status(None).await.unwrap().status(), 200, "admin tools send no key");
+    cluster.stop_all().await;
+}

@@ -34,9 +34,9 @@ impl Member {
     /// Serve the peer port on `listener`, start Raft, then bootstrap or join.
     pub async fn start(config: RaftNodeConfig, listener: tokio::net::TcpListener, metrics: Arc<Metrics>) -> Result<Self, RaftStoreError> {
         let peer_addr = listener.local_addr()?;
-        let secret = config.secret.clone();
+        let (secret, key_fingerprint) = (config.secret.clone(), config.key_fingerprint.clone());
         let node = RaftNode::start(config, metrics.clone()).await?;
-        let router = peer_api::router(node.clone(), &secret, metrics);
+        let router = peer_api::router(node.clone(), &secret, key_fingerprint, metrics);
         let (stop_serving, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(async move {
             let shutdown = async move {

@@ -60,11 +60,16 @@ pub enum PeerError {
 pub struct PeerClient {
     http: reqwest::Client,
     secret: String,
+    /// Sent as `KEY_HEADER` so a peer with another id-encryption key refuses loudly.
+    key_fingerprint: Option<String>,
 }
+
+/// Header carrying the sender's id-encryption key fingerprint.
+pub const KEY_HEADER: &str = "x-switchboard-key";
 
 impl PeerClient {
     /// `source_ip` pins the local address of outgoing connections (multi-homed hosts).
-    pub fn new(secret: String, source_ip: Option<std::net::IpAddr>) -> Self {
+    pub fn new(secret: String, source_ip: Option<std::net::IpAddr>, key_fingerprint: Option<String>) -> Self {
         let http = reqwest::Client::builder()
             .local_address(source_ip)
             .tcp_nodelay(true)
@@ -72,12 +77,20 @@ impl PeerClient {
             .connect_timeout(Duration::from_secs(2))
             .build()
             .expect("HTTP client builds");
-        PeerClient { http, secret }
+        PeerClient { http, secret, key_fingerprint }
+    }
+
+    fn authorize(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        let request = request.bearer_auth(&self.secret);
+        match &self.key_fingerprint {
+            Some(fp) => request.header(KEY_HEADER, fp),
+            None => request,
+        }
     }
 
     async fn send(&self, request: reqwest::RequestBuilder, addr: &str) -> Result<Vec<u8>, PeerError> {
-        let response = request
-            .bearer_auth(&self.secret)
+        let response = self
+            .authorize(request)
             .send()
             .await
             .map_err(|e| PeerError::Unreachable { addr: addr.into(), reason: error_chain(&e) })?;
@@ -98,9 +111,7 @@ impl PeerClient {
 
     /// POST a MessagePack body and hand back the streaming response (for relayed SSE).
     pub async fn stream<Req: Serialize>(&self, addr: &str, path: &str, body: &Req) -> Result<reqwest::Response, PeerError> {
-        self.http
-            .post(format!("http://{addr}{path}"))
-            .bearer_auth(&self.secret)
+        self.authorize(self.http.post(format!("http://{addr}{path}")))
             .body(encode(body))
             .send()
             .await

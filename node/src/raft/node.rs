@@ -56,6 +56,8 @@ pub struct RaftNodeConfig {
     pub write_timeout: Duration,
     /// Local address for outgoing peer connections (multi-homed hosts).
     pub source_ip: Option<std::net::IpAddr>,
+    /// Fingerprint of the id-encryption key; peers with another one are refused.
+    pub key_fingerprint: Option<String>,
 }
 
 impl RaftNodeConfig {
@@ -74,6 +76,7 @@ impl RaftNodeConfig {
             session_ttl: Duration::from_secs(3600),
             write_timeout: Duration::from_secs(5),
             source_ip: None,
+            key_fingerprint: None,
         }
     }
 }
@@ -168,7 +171,7 @@ impl RaftNode {
         .map_err(|e| RaftStoreError::Config(e.to_string()))?;
         let log_store = LogStore::open(&config.data_dir)?;
         let sm = StateMachineStore::open(&config.data_dir)?;
-        let client = PeerClient::new(config.secret.clone(), config.source_ip);
+        let client = PeerClient::new(config.secret.clone(), config.source_ip, config.key_fingerprint.clone());
         let network = NetworkFactory { client: client.clone() };
         let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log_store, sm.clone())
             .await

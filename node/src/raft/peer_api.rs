@@ -24,14 +24,15 @@ use std::sync::Arc;
 struct PeerState {
     node: Arc<RaftNode>,
     secret: Arc<str>,
+    key_fingerprint: Option<Arc<str>>,
     metrics: Arc<Metrics>,
 }
 
 /// A learner is promoted only once it is at most this many entries behind.
 pub const PROMOTE_MAX_LAG: u64 = 100;
 
-pub fn router(node: Arc<RaftNode>, secret: &str, metrics: Arc<Metrics>) -> Router {
-    let state = PeerState { node, secret: secret.into(), metrics };
+pub fn router(node: Arc<RaftNode>, secret: &str, key_fingerprint: Option<String>, metrics: Arc<Metrics>) -> Router {
+    let state = PeerState { node, secret: secret.into(), key_fingerprint: key_fingerprint.map(Into::into), metrics };
     Router::new()
         .route(net::APPEND, post(append))
         .route(net::VOTE, post(vote))
@@ -60,8 +61,18 @@ async fn authenticate(State(state): State<PeerState>, request: Request, next: Ne
     let presented = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
     let reason = match presented {
         None => "missing_secret",
-        Some(secret) if constant_time_eq(secret.as_bytes(), state.secret.as_bytes()) => return next.run(request).await,
-        Some(_) => "wrong_secret",
+        Some(secret) if !constant_time_eq(secret.as_bytes(), state.secret.as_bytes()) => "wrong_secret",
+        Some(_) => {
+            let theirs = request.headers().get(net::KEY_HEADER).and_then(|v| v.to_str().ok());
+            match (theirs, state.key_fingerprint.as_deref()) {
+                (Some(theirs), Some(ours)) if theirs != ours => {
+                    state.metrics.peer_refused("key_mismatch");
+                    tracing::error!(path = %request.uri().path(), "refused a peer with another id-encryption key: every replica needs the same --encryption-key-file");
+                    return (StatusCode::FORBIDDEN, "peer request refused: the id-encryption key differs between replicas").into_response();
+                }
+                _ => return next.run(request).await,
+            }
+        }
     };
     state.metrics.peer_refused(reason);
     tracing::warn!(reason, path = %request.uri().path(), "refused unauthenticated peer request");

@@ -94,6 +94,12 @@ impl IdSealer {
         Ok(Self::new(key))
     }
 
+    /// A short public fingerprint of the key, so replicas can tell they were given different keys
+    /// (every cross-node answer would otherwise be dropped as another session's).
+    pub fn key_fingerprint(&self) -> String {
+        self.fingerprint("switchboard key check").iter().map(|b| format!("{b:02x}")).collect()
+    }
+
     /// Keyed fingerprint of a session id (a GMAC tag under a fixed nonce; it only ever
     /// authenticates, it never encrypts, so reusing that nonce is safe).
     fn fingerprint(&self, session: &str) -> [u8; FINGERPRINT] {
@@ -232,6 +238,13 @@ mod tests {
         assert_eq!(sealer.open_event(&token, "s"), Ok(e));
         assert_eq!(sealer.open_event(&token, "t"), Err(OpenError::WrongSession));
         assert_ne!(sealer.seal_event(e, "s"), token, "fresh nonce every time");
+    }
+
+    #[test]
+    fn key_fingerprints_tell_keys_apart() {
+        let key = [3u8; 32];
+        assert_eq!(IdSealer::new(key).key_fingerprint(), IdSealer::new(key).key_fingerprint());
+        assert_ne!(IdSealer::new(key).key_fingerprint(), IdSealer::random().key_fingerprint());
     }
 
     #[test]
