@@ -3,7 +3,8 @@
 //! Redis-based rendezvous (SET NX + LPUSH/BLPOP) for comparison.
 //!
 //! `cargo bench -p switchboard-node --bench rendezvous` (needs `redis-server` on PATH for the
-//! comparison; it is skipped otherwise). Prints figures; asserts nothing.
+//! comparison; it is skipped otherwise). Prints figures; asserts nothing. The members talk to
+//! each other directly over loopback (no test proxies) with the node's default timing.
 
 #[path = "../tests/common/cluster.rs"]
 mod cluster;
@@ -14,6 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use switchboard_node::mailbox::{DeliverOutcome, Mailbox, MailboxKey, WaitOutcome};
+use switchboard_node::raft::{RaftMailbox, RaftNodeConfig};
 
 const LATENCY_SAMPLES: usize = 1000;
 const CONCURRENCY: usize = 64;
@@ -71,11 +73,64 @@ async fn measure<M: Mailbox + Clone>(members: Vec<M>, owner: usize, deliverer: u
     Figures { p50: percentile(&samples, 0.5), p99: percentile(&samples, 0.99), pairs_per_sec: done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64() }
 }
 
+/// The node's own timing defaults rather than the tests' fast ones.
+fn default_timing(config: &mut RaftNodeConfig) {
+    let defaults = RaftNodeConfig::new(config.node_id, config.data_dir.clone(), config.advertise.clone(), config.secret.clone());
+    config.heartbeat = defaults.heartbeat;
+    config.election_timeout = defaults.election_timeout;
+    config.tick_interval = defaults.tick_interval;
+    config.write_timeout = defaults.write_timeout;
+}
+
+fn p50(mut samples: Vec<Duration>) -> f64 {
+    samples.sort();
+    percentile(&samples, 0.5).as_secs_f64() * 1e3
+}
+
+/// Where a sequential round trip's time goes: each write alone, and how long after a delivery
+/// is acknowledged the owner wakes.
+async fn phases(owner: &RaftMailbox, deliverer: &RaftMailbox, leader: &RaftMailbox) {
+    let (mut create, mut create_on_leader, mut deliver, mut wake_lag) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..300 {
+        let key = MailboxKey::random();
+        let t = Instant::now();
+        leader.create(&key, 0, TTL).await.unwrap();
+        create_on_leader.push(t.elapsed());
+        let key = MailboxKey::random();
+        let t = Instant::now();
+        owner.create(&key, 0, TTL).await.unwrap();
+        create.push(t.elapsed());
+        let waiter = {
+            let (owner, key) = (owner.clone(), key.clone());
+            tokio::spawn(async move {
+                owner.wait(&key, TTL).await.unwrap();
+                Instant::now()
+            })
+        };
+        tokio::task::yield_now().await;
+        let t = Instant::now();
+        deliverer.deliver(&key, json!({"ok": true})).await.unwrap();
+        let acked = Instant::now();
+        deliver.push(acked - t);
+        wake_lag.push(waiter.await.unwrap().saturating_duration_since(acked));
+    }
+    println!(
+        "  phases (p50): create from follower {:.3} ms, create on leader {:.3} ms, deliver from follower {:.3} ms, owner wakes {:.3} ms after the deliver is acknowledged",
+        p50(create),
+        p50(create_on_leader),
+        p50(deliver),
+        p50(wake_lag)
+    );
+}
+
 async fn raft(n: usize) -> Figures {
-    let mut cluster = TestCluster::start(n).await;
+    let mut cluster = TestCluster::start_direct(n, default_timing).await;
     let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
     let (owner, deliverer) = if n == 1 { (0, 0) } else { ((leader + 1) % n, (leader + 2) % n) };
     let members: Vec<_> = (0..n).map(|i| cluster.mailbox(i)).collect();
+    if n > 1 {
+        phases(&members[owner], &members[deliverer], &members[leader]).await;
+    }
     let figures = measure(members, owner, deliverer).await;
     cluster.stop_all().await;
     figures

@@ -98,6 +98,7 @@ pub struct TestCluster {
     pub members: Vec<Option<Member>>,
     /// Real peer listen addresses (stable across restarts).
     pub listen: Vec<SocketAddr>,
+    /// One per member, in front of its peer port; empty for a cluster started `direct`.
     pub proxies: Vec<Proxy>,
     pub metrics: Vec<Arc<Metrics>>,
     pub tweak: fn(&mut RaftNodeConfig),
@@ -117,11 +118,22 @@ impl TestCluster {
 
     /// `tweak` adjusts every member's configuration (after the fast test defaults).
     pub async fn start_with(n: usize, tweak: fn(&mut RaftNodeConfig)) -> TestCluster {
+        Self::start_inner(n, tweak, true).await
+    }
+
+    /// Members talk to each other directly, with no proxies to partition them (benchmarks).
+    pub async fn start_direct(n: usize, tweak: fn(&mut RaftNodeConfig)) -> TestCluster {
+        Self::start_inner(n, tweak, false).await
+    }
+
+    async fn start_inner(n: usize, tweak: fn(&mut RaftNodeConfig), with_proxies: bool) -> TestCluster {
         let mut listeners = Vec::new();
         let mut proxies = Vec::new();
         for _ in 0..n {
             let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            proxies.push(Proxy::start(listener.local_addr().unwrap()).await);
+            if with_proxies {
+                proxies.push(Proxy::start(listener.local_addr().unwrap()).await);
+            }
             listeners.push(listener);
         }
         let mut cluster = TestCluster {
@@ -141,13 +153,18 @@ impl TestCluster {
     }
 
     pub fn config(&self, i: usize) -> RaftNodeConfig {
-        let peers: BTreeMap<u64, String> = self.proxies.iter().enumerate().map(|(j, p)| (j as u64, p.addr.to_string())).collect();
-        let mut config = RaftNodeConfig::new(i as u64, self.data_dir(i), self.proxies[i].addr.to_string(), SECRET.into());
+        let peers: BTreeMap<u64, String> = (0..self.listen.len()).map(|j| (j as u64, self.advertised(j))).collect();
+        let mut config = RaftNodeConfig::new(i as u64, self.data_dir(i), self.advertised(i), SECRET.into());
         config.membership = if peers.len() == 1 { Membership::Single } else { Membership::Peers(peers) };
         config.source_ip = Some(source_ip(i));
         fast(&mut config);
         (self.tweak)(&mut config);
         config
+    }
+
+    /// The peer address member `i` is known by: its proxy's, or its own when direct.
+    fn advertised(&self, i: usize) -> String {
+        self.proxies.get(i).map_or(self.listen[i], |p| p.addr).to_string()
     }
 
     pub fn data_dir(&self, i: usize) -> PathBuf {
