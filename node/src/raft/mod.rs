@@ -4,9 +4,11 @@
 //!
 //! - [`state_machine`]: the replicated state and its rules, pure.
 //! - [`log_store`] and [`sm_store`]: openraft storage (redb log, snapshot files).
-//! - [`network`] and [`peer_api`]: the peer port, client and server side.
+//! - [`network`] and [`peer_api`]: the peer port, client and server side; [`append_stream`]:
+//!   pipelined replication over an upgraded peer connection.
 //! - [`node`]: one member, and the `Mailbox`/`SessionStore` implementations over it.
 
+pub mod append_stream;
 mod forwarder;
 pub mod log_store;
 pub mod network;

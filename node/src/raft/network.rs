@@ -6,13 +6,16 @@ use super::types::{TypeConfig, Vote, decode, encode};
 use openraft::BasicNode;
 use openraft::errors::{NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, v2::RaftNetworkV2};
-use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse};
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendResult, VoteRequest, VoteResponse};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::time::Duration;
 
 pub const APPEND: &str = "/raft/append";
+pub const APPEND_STREAM: &str = "/raft/append-stream";
 pub const VOTE: &str = "/raft/vote";
 pub const SNAPSHOT: &str = "/raft/snapshot";
 pub const WRITE: &str = "/raft/write";
@@ -118,6 +121,26 @@ impl PeerClient {
             .map_err(|e| PeerError::Unreachable { addr: addr.into(), reason: error_chain(&e) })
     }
 
+    /// Switch a connection to `protocol` with an HTTP upgrade (refused like any peer request
+    /// without the secret) and hand back the raw byte stream.
+    pub async fn upgrade(&self, addr: &str, path: &str, protocol: &str) -> Result<reqwest::Upgraded, PeerError> {
+        let unreachable = |reason: String| PeerError::Unreachable { addr: addr.into(), reason };
+        let request = self
+            .authorize(self.http.post(format!("http://{addr}{path}")))
+            .header(reqwest::header::CONNECTION, "upgrade")
+            .header(reqwest::header::UPGRADE, protocol);
+        let response = tokio::time::timeout(MIN_RPC_TIMEOUT, request.send())
+            .await
+            .map_err(|_| unreachable(format!("no upgrade answer within {MIN_RPC_TIMEOUT:?}")))?
+            .map_err(|e| unreachable(error_chain(&e)))?;
+        if response.status() != reqwest::StatusCode::SWITCHING_PROTOCOLS {
+            let status = response.status().as_u16();
+            let body = response.text().await.unwrap_or_default();
+            return Err(PeerError::Status { addr: addr.into(), status, body });
+        }
+        response.upgrade().await.map_err(|e| unreachable(error_chain(&e)))
+    }
+
     /// POST pre-encoded bytes, ignoring the answer's body.
     pub async fn post_bytes(&self, addr: &str, path: &str, body: Vec<u8>) -> Result<(), PeerError> {
         let request = self.http.post(format!("http://{addr}{path}")).timeout(Duration::from_secs(5)).body(body);
@@ -161,10 +184,12 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 #[derive(Clone)]
 pub struct NetworkFactory {
     pub client: PeerClient,
+    pub streams: super::append_stream::Pool,
 }
 
 pub struct Connection {
     client: PeerClient,
+    streams: super::append_stream::Pool,
     addr: String,
 }
 
@@ -172,7 +197,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = Connection;
 
     async fn new_client(&mut self, _target: u64, node: &BasicNode) -> Connection {
-        Connection { client: self.client.clone(), addr: node.addr.clone() }
+        Connection { client: self.client.clone(), streams: self.streams.clone(), addr: node.addr.clone() }
     }
 }
 
@@ -189,13 +214,25 @@ impl Connection {
 
 /// openraft suggests the heartbeat interval as the append timeout, which a follower that
 /// fsyncs a large batch can exceed; openraft does not enforce it, so allow at least this long.
-const MIN_RPC_TIMEOUT: Duration = Duration::from_secs(2);
+pub(super) const MIN_RPC_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl RaftNetworkV2<TypeConfig> for Connection {
     type SnapshotData = Vec<u8>;
 
     async fn append_entries(&mut self, rpc: AppendEntriesRequest<TypeConfig>, option: RPCOption) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
         self.call(APPEND, &rpc, option.hard_ttl().max(MIN_RPC_TIMEOUT)).await
+    }
+
+    /// Pipelined: see [`super::append_stream`].
+    fn stream_append<'s, S>(
+        &'s mut self,
+        input: S,
+        _option: RPCOption,
+    ) -> BoxFuture<'s, Result<BoxStream<'s, Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>>, RPCError<TypeConfig>>>
+    where
+        S: futures::Stream<Item = AppendEntriesRequest<TypeConfig>> + openraft::OptionalSend + Unpin + 'static,
+    {
+        super::append_stream::open(&self.client, &self.streams, &self.addr, input)
     }
 
     async fn vote(&mut self, rpc: VoteRequest<TypeConfig>, option: RPCOption) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {

@@ -172,7 +172,7 @@ impl RaftNode {
         let log_store = LogStore::open(&config.data_dir)?;
         let sm = StateMachineStore::open(&config.data_dir)?;
         let client = PeerClient::new(config.secret.clone(), config.source_ip, config.key_fingerprint.clone());
-        let network = NetworkFactory { client: client.clone() };
+        let network = NetworkFactory { client: client.clone(), streams: Default::default() };
         let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log_store, sm.clone())
             .await
             .map_err(|e| RaftStoreError::Fatal(e.to_string()))?;
@@ -285,6 +285,13 @@ impl RaftNode {
             m.last_applied.map(|id| id.index),
             self.sm.read(|sm| sm.pending_mailboxes()),
         );
+    }
+
+    /// Keep a task that must end with this node: it is aborted at shutdown.
+    pub fn track(&self, task: tokio::task::JoinHandle<()>) {
+        let mut tasks = self.tasks.lock().unwrap();
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(task);
     }
 
     /// Stop Raft and the background tasks (the peer server is stopped by its owner).

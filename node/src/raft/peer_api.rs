@@ -35,6 +35,7 @@ pub fn router(node: Arc<RaftNode>, secret: &str, key_fingerprint: Option<String>
     let state = PeerState { node, secret: secret.into(), key_fingerprint: key_fingerprint.map(Into::into), metrics };
     Router::new()
         .route(net::APPEND, post(append))
+        .route(net::APPEND_STREAM, post(append_stream))
         .route(net::VOTE, post(vote))
         .route(net::SNAPSHOT, post(snapshot))
         .route(net::WRITE, post(write))
@@ -94,6 +95,24 @@ async fn append(State(s): State<PeerState>, bytes: Bytes) -> Response {
         Err(r) => return r,
     };
     msgpack(&s.node.raft.append_entries(rpc).await)
+}
+
+/// Switch to a pipelined replication stream (see [`super::append_stream`]).
+async fn append_stream(State(s): State<PeerState>, mut request: Request) -> Response {
+    let asked = request.headers().get(header::UPGRADE).and_then(|v| v.to_str().ok());
+    if asked != Some(super::append_stream::PROTOCOL) {
+        return (StatusCode::BAD_REQUEST, format!("expected `Upgrade: {}`", super::append_stream::PROTOCOL)).into_response();
+    }
+    let upgrade = hyper::upgrade::on(&mut request);
+    let node = s.node.clone();
+    // Tracked by the node, so a stopped member's streams end with it.
+    s.node.track(tokio::spawn(async move {
+        match upgrade.await {
+            Ok(upgraded) => super::append_stream::serve(node, hyper_util::rt::TokioIo::new(upgraded)).await,
+            Err(e) => tracing::debug!(error = %e, "replication stream upgrade failed"),
+        }
+    }));
+    (StatusCode::SWITCHING_PROTOCOLS, [(header::CONNECTION, "upgrade"), (header::UPGRADE, super::append_stream::PROTOCOL)]).into_response()
 }
 
 async fn vote(State(s): State<PeerState>, bytes: Bytes) -> Response {

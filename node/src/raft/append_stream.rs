@@ -1,0 +1,216 @@
+//! Pipelined log replication: openraft's `stream_append` over a long-lived connection per
+//! follower, so the leader sends the next batch (or a new commit index) without waiting for the
+//! previous answer. The connection is an HTTP upgrade on the peer port — the upgrade request
+//! carries the cluster secret like every peer request — followed by length-prefixed MessagePack
+//! frames. openraft opens a stream per replication session and per heartbeat, so a connection
+//! carries sessions one after another: the leader ends each with `End`, the follower answers
+//! `End` after the session's last result, and the connection goes back to a pool. Results come
+//! back in request order; the follower answers each once its log is flushed.
+
+use super::network::{MIN_RPC_TIMEOUT, PeerClient, PeerError};
+use super::node::RaftNode;
+use super::types::{TypeConfig, decode, encode};
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{SinkExt, StreamExt};
+use openraft::errors::{Fatal, NetworkError, RPCError, Unreachable};
+use openraft::raft::{AppendEntriesRequest, StreamAppendResult};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
+
+/// The `Upgrade` protocol name on the peer port.
+pub const PROTOCOL: &str = "switchboard-raft-append";
+
+/// Frames above this are refused (the same bound as a peer request body).
+pub const MAX_FRAME: usize = 256 * 1024 * 1024;
+
+/// Idle connections kept per follower.
+const POOLED_PER_PEER: usize = 4;
+
+#[derive(Debug, Serialize, Deserialize)]
+enum ToFollower {
+    Append(AppendEntriesRequest<TypeConfig>),
+    /// No more requests in this session.
+    End,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum ToLeader {
+    Result(Result<StreamAppendResult<TypeConfig>, Fatal<TypeConfig>>),
+    /// Every result of the session has been sent.
+    End,
+}
+
+fn codec() -> LengthDelimitedCodec {
+    LengthDelimitedCodec::builder().max_frame_length(MAX_FRAME).new_codec()
+}
+
+type Reader<IO> = FramedRead<ReadHalf<IO>, LengthDelimitedCodec>;
+type Writer<IO> = FramedWrite<WriteHalf<IO>, LengthDelimitedCodec>;
+
+fn framed<IO: AsyncRead + AsyncWrite>(io: IO) -> (Reader<IO>, Writer<IO>) {
+    let (read, write) = tokio::io::split(io);
+    (FramedRead::new(read, codec()), FramedWrite::new(write, codec()))
+}
+
+async fn send<IO: AsyncWrite>(writer: &mut Writer<IO>, frame: &impl Serialize) -> std::io::Result<()> {
+    writer.send(bytes::Bytes::from(encode(frame))).await
+}
+
+/// Follower side: run the sessions the leader sends over `io` until it closes the connection,
+/// a frame is malformed, or Raft stops.
+pub async fn serve(node: Arc<RaftNode>, io: impl AsyncRead + AsyncWrite + Send + 'static) {
+    let (mut reader, mut writer) = framed(io);
+    loop {
+        let (requests, input) = tokio::sync::mpsc::channel::<AppendEntriesRequest<TypeConfig>>(64);
+        let mut requests = Some(requests);
+        let mut results = std::pin::pin!(node.raft.stream_append(tokio_stream_of(input)));
+        let mut results_open = true;
+        // Feed requests in and results out until the leader ended the session and every
+        // result is out. After a conflict or a higher vote openraft ends the results early;
+        // the rest of the session's requests are read and dropped.
+        while requests.is_some() || results_open {
+            tokio::select! {
+                frame = reader.next(), if requests.is_some() => {
+                    let frame = match frame.map(|f| f.map(|bytes| decode::<ToFollower>(&bytes))) {
+                        Some(Ok(Ok(frame))) => frame,
+                        Some(Ok(Err(e))) => return tracing::warn!(error = %e, "malformed replication frame; closing the stream"),
+                        Some(Err(e)) => return tracing::debug!(error = %e, "replication stream read failed"),
+                        None => return, // the leader closed the connection
+                    };
+                    match frame {
+                        ToFollower::Append(request) => {
+                            let _ = requests.as_ref().expect("open").send(request).await;
+                        }
+                        ToFollower::End => requests = None,
+                    }
+                }
+                result = results.next(), if results_open => match result {
+                    Some(result) => {
+                        if send(&mut writer, &ToLeader::Result(result)).await.is_err() {
+                            return;
+                        }
+                    }
+                    None => results_open = false,
+                },
+            }
+        }
+        if send(&mut writer, &ToLeader::End).await.is_err() {
+            return;
+        }
+    }
+}
+
+fn tokio_stream_of<T: Send + 'static>(mut rx: tokio::sync::mpsc::Receiver<T>) -> impl futures::Stream<Item = T> + Send + 'static {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+type Upgraded = reqwest::Upgraded;
+
+/// Idle replication connections by follower address.
+#[derive(Clone, Default)]
+pub struct Pool {
+    idle: Arc<Mutex<HashMap<String, Vec<(Reader<Upgraded>, Writer<Upgraded>)>>>>,
+}
+
+impl Pool {
+    fn take(&self, addr: &str) -> Option<(Reader<Upgraded>, Writer<Upgraded>)> {
+        self.idle.lock().unwrap().get_mut(addr)?.pop()
+    }
+
+    fn put(&self, addr: &str, connection: (Reader<Upgraded>, Writer<Upgraded>)) {
+        let mut idle = self.idle.lock().unwrap();
+        let slot = idle.entry(addr.to_string()).or_default();
+        if slot.len() < POOLED_PER_PEER {
+            slot.push(connection);
+        }
+    }
+}
+
+/// Aborts the request writer when openraft drops the result stream mid-session.
+struct AbortOnDrop(Option<tokio::task::JoinHandle<Option<Writer<Upgraded>>>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abort();
+        }
+    }
+}
+
+type Results<'s> = BoxStream<'s, Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>>;
+
+/// Leader side: run one session to `addr` over a pooled or new connection.
+pub fn open<'s, S>(client: &'s PeerClient, pool: &'s Pool, addr: &'s str, requests: S) -> BoxFuture<'s, Result<Results<'s>, RPCError<TypeConfig>>>
+where
+    S: futures::Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
+{
+    Box::pin(async move {
+        let (reader, writer) = match pool.take(addr) {
+            Some(connection) => connection,
+            None => {
+                let io = client.upgrade(addr, super::network::APPEND_STREAM, PROTOCOL).await.map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+                framed(io)
+            }
+        };
+        let sender = AbortOnDrop(Some(tokio::spawn(send_requests(requests, writer))));
+        let session = Session { reader, sender, pool: pool.clone(), addr: addr.to_string() };
+        let results = futures::stream::unfold(Some(session), |session| async move {
+            let mut session = session?;
+            let failed = |reason: String| RPCError::Network(NetworkError::new(&PeerError::Unreachable { addr: session.addr.clone(), reason }));
+            let frame = match tokio::time::timeout(MIN_RPC_TIMEOUT, session.reader.next()).await {
+                Err(_) => Err(format!("no append result within {MIN_RPC_TIMEOUT:?}")),
+                Ok(None) => Err("the follower closed the replication stream".to_string()),
+                Ok(Some(Err(e))) => Err(e.to_string()),
+                Ok(Some(Ok(bytes))) => decode::<ToLeader>(&bytes).map_err(|e| format!("undecodable append result: {e}")),
+            };
+            match frame {
+                Ok(ToLeader::Result(Ok(result))) => Some((Ok(result), Some(session))),
+                // The follower's Raft stopped: as good as unreachable.
+                Ok(ToLeader::Result(Err(fatal))) => Some((Err(RPCError::Unreachable(Unreachable::new(&fatal))), None)),
+                Ok(ToLeader::End) => {
+                    session.finish().await;
+                    None
+                }
+                Err(reason) => Some((Err(failed(reason)), None)),
+            }
+        });
+        Ok(results.boxed())
+    })
+}
+
+struct Session {
+    reader: Reader<Upgraded>,
+    sender: AbortOnDrop,
+    pool: Pool,
+    addr: String,
+}
+
+impl Session {
+    /// The session ended cleanly: the connection can carry the next one.
+    async fn finish(mut self) {
+        if let Some(task) = self.sender.0.take()
+            && let Ok(Some(writer)) = task.await
+        {
+            self.pool.put(&self.addr, (self.reader, writer));
+        }
+    }
+}
+
+/// Write the session's requests, then `End`; hands the writer back for reuse.
+async fn send_requests<S>(mut requests: S, mut writer: Writer<Upgraded>) -> Option<Writer<Upgraded>>
+where
+    S: futures::Stream<Item = AppendEntriesRequest<TypeConfig>> + Unpin,
+{
+    while let Some(request) = requests.next().await {
+        if let Err(e) = send(&mut writer, &ToFollower::Append(request)).await {
+            tracing::debug!(error = %e, "replication stream write failed");
+            let _ = writer.get_mut().shutdown().await;
+            return None;
+        }
+    }
+    send(&mut writer, &ToFollower::End).await.ok().map(|_| writer)
+}
