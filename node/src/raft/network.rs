@@ -246,7 +246,7 @@ impl RaftNetworkV2<TypeConfig> for Connection {
         cancel: impl Future<Output = ReplicationClosed> + openraft::OptionalSend + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
-        let body = (vote, snapshot.meta, snapshot.snapshot);
+        let body = super::types::SnapshotBlob { vote: Some(vote), meta: snapshot.meta, data: snapshot.snapshot.into() };
         tokio::select! {
             closed = cancel => Err(StreamingError::Closed(closed)),
             reply = self.call(SNAPSHOT, &body, option.hard_ttl()) => Ok(reply?),

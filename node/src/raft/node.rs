@@ -46,7 +46,9 @@ pub struct RaftNodeConfig {
     pub heartbeat: Duration,
     /// Minimum election timeout (the maximum is twice this).
     pub election_timeout: Duration,
-    /// Take a snapshot after this many log entries; keep this many before purging.
+    /// Take a snapshot after this many log entries; keep this many before purging. A snapshot
+    /// encodes the whole state (every mailbox until its deadline) under the state-machine lock,
+    /// so it must be rare next to the write rate.
     pub snapshot_every: u64,
     pub keep_logs: u64,
     /// How often the leader checks whether something fell due and proposes a `Tick`.
@@ -70,7 +72,7 @@ impl RaftNodeConfig {
             secret,
             heartbeat: Duration::from_millis(100),
             election_timeout: Duration::from_millis(1000),
-            snapshot_every: 10_000,
+            snapshot_every: 100_000,
             keep_logs: 1_000,
             tick_interval: Duration::from_millis(100),
             session_ttl: Duration::from_secs(3600),

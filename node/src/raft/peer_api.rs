@@ -4,7 +4,7 @@
 use super::network::{self as net, ForwardedWrite, ReadIndexReply, Refusal, WriteReply};
 use super::node::{RaftNode, RaftStoreError};
 use std::future::Future;
-use super::types::{Snapshot, SnapshotMeta, TypeConfig, Vote, decode, encode};
+use super::types::{Snapshot, SnapshotBlob, TypeConfig, decode, encode};
 use crate::metrics::Metrics;
 use axum::Router;
 use axum::body::Bytes;
@@ -16,7 +16,6 @@ use axum::routing::{get, post};
 use openraft::errors::RaftError;
 use openraft::raft::{AppendEntriesRequest, VoteRequest};
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 use serde_json::json;
 use std::sync::Arc;
 
@@ -85,7 +84,7 @@ fn msgpack(value: &impl serde::Serialize) -> Response {
 }
 
 /// Decode a MessagePack body or answer 400 (nothing is touched).
-fn body<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, Response> {
+fn body<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8], what: &str) -> Result<T, Response> {
     decode(bytes).map_err(|e| (StatusCode::BAD_REQUEST, format!("malformed {what}: {e}")).into_response())
 }
 
@@ -124,15 +123,18 @@ async fn vote(State(s): State<PeerState>, bytes: Bytes) -> Response {
 }
 
 async fn snapshot(State(s): State<PeerState>, bytes: Bytes) -> Response {
-    let (vote, meta, data): (Vote, SnapshotMeta, Vec<u8>) = match body(&bytes, "snapshot") {
+    let SnapshotBlob { vote, meta, data } = match body(&bytes, "snapshot") {
         Ok(parts) => parts,
         Err(r) => return r,
+    };
+    let Some(vote) = vote else {
+        return (StatusCode::BAD_REQUEST, "snapshot without the leader's vote").into_response();
     };
     // Refuse a snapshot that does not decode before handing it to Raft.
     if decode::<super::state_machine::StateMachine>(&data).is_err() {
         return (StatusCode::BAD_REQUEST, "malformed snapshot data").into_response();
     }
-    let reply = s.node.raft.install_full_snapshot(vote, Snapshot { meta, snapshot: data }).await.map_err(RaftError::<TypeConfig>::Fatal);
+    let reply = s.node.raft.install_full_snapshot(vote, Snapshot { meta, snapshot: data.into_owned() }).await.map_err(RaftError::<TypeConfig>::Fatal);
     msgpack(&reply)
 }
 

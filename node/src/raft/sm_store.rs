@@ -2,7 +2,7 @@
 //! waiters parked on this node, builds and installs snapshots (written atomically to disk).
 
 use super::state_machine::{MailboxState, Response, StateMachine, Wake};
-use super::types::{LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig, decode, encode, io_error};
+use super::types::{LogId, Snapshot, SnapshotBlob, SnapshotMeta, StoredMembership, TypeConfig, decode, encode, io_error};
 use crate::mailbox::{MailboxKey, WaitOutcome};
 use futures::{Stream, TryStreamExt};
 use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
@@ -69,7 +69,8 @@ impl StateMachineStore {
         };
         match std::fs::read(dir.join(SNAPSHOT_FILE)) {
             Ok(bytes) => {
-                let (meta, data): (SnapshotMeta, Vec<u8>) = decode(&bytes).map_err(io_error)?;
+                let SnapshotBlob { meta, data, .. } = decode(&bytes).map_err(io_error)?;
+                let data = data.into_owned();
                 inner.sm = decode(&data).map_err(io_error)?;
                 inner.last_applied = meta.last_log_id;
                 inner.last_membership = meta.last_membership.clone();
@@ -127,7 +128,7 @@ impl StateMachineStore {
         // Write beside, fsync, rename over: a crash leaves the old or the new snapshot, never half.
         let tmp = self.dir.join(format!("{SNAPSHOT_FILE}.tmp"));
         let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(&encode(&(meta, data)))?;
+        file.write_all(&encode(&SnapshotBlob { vote: None, meta: meta.clone(), data: data.into() }))?;
         file.sync_all()?;
         std::fs::rename(&tmp, self.dir.join(SNAPSHOT_FILE))?;
         std::fs::File::open(&self.dir)?.sync_all()
@@ -144,8 +145,9 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             (meta, encode(&inner.sm))
         };
         let this = self.clone();
-        let (m, d) = (meta.clone(), data.clone());
-        tokio::task::spawn_blocking(move || this.write_snapshot_file(&m, &d)).await.map_err(io_error)??;
+        let m = meta.clone();
+        // The state can be large: the file is written from this buffer, which comes back.
+        let data = tokio::task::spawn_blocking(move || this.write_snapshot_file(&m, &data).map(|_| data)).await.map_err(io_error)??;
         self.lock().current_snapshot = Some((meta.clone(), data.clone()));
         Ok(Snapshot { meta, snapshot: data })
     }
@@ -201,8 +203,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Vec<u8>) -> io::Result<()> {
         let sm: StateMachine = decode(&snapshot).map_err(io_error)?;
         let this = self.clone();
-        let (m, d) = (meta.clone(), snapshot.clone());
-        tokio::task::spawn_blocking(move || this.write_snapshot_file(&m, &d)).await.map_err(io_error)??;
+        let m = meta.clone();
+        let snapshot = tokio::task::spawn_blocking(move || this.write_snapshot_file(&m, &snapshot).map(|_| snapshot)).await.map_err(io_error)??;
         let mut inner = self.lock();
         inner.sm = sm;
         inner.last_applied = meta.last_log_id;

@@ -2,7 +2,6 @@
 
 use super::state_machine::{Request, Response};
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use std::fmt;
 
 impl fmt::Display for Request {
@@ -34,10 +33,65 @@ pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     rmp_serde::to_vec_named(value).expect("in-memory values always encode")
 }
 
-pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, rmp_serde::decode::Error> {
+pub fn decode<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, rmp_serde::decode::Error> {
     rmp_serde::from_slice(bytes)
 }
 
 pub fn io_error(e: impl std::error::Error + Send + Sync + 'static) -> std::io::Error {
     std::io::Error::other(e)
+}
+
+/// A snapshot in its file and on its way to a follower. The state travels as one MessagePack
+/// binary: serde would otherwise write a byte vector as an array of integers, one per byte.
+#[derive(Serialize, serde::Deserialize)]
+pub struct SnapshotBlob<'a> {
+    /// Set when sent to a follower: the leader's vote.
+    pub vote: Option<Vote>,
+    pub meta: SnapshotMeta,
+    #[serde(borrow, with = "blob")]
+    pub data: std::borrow::Cow<'a, [u8]>,
+}
+
+mod blob {
+    use serde::{Deserializer, Serializer, de};
+    use std::borrow::Cow;
+
+    pub fn serialize<S: Serializer>(data: &Cow<'_, [u8]>, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(data)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Cow<'de, [u8]>, D::Error> {
+        struct Bytes;
+        impl<'de> de::Visitor<'de> for Bytes {
+            type Value = Cow<'de, [u8]>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("binary snapshot data")
+            }
+            fn visit_borrowed_bytes<E: de::Error>(self, v: &'de [u8]) -> Result<Self::Value, E> {
+                Ok(Cow::Borrowed(v))
+            }
+            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Self::Value, E> {
+                Ok(Cow::Owned(v.to_vec()))
+            }
+            fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<Self::Value, E> {
+                Ok(Cow::Owned(v))
+            }
+        }
+        deserializer.deserialize_bytes(Bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_data_is_one_binary_not_an_array_of_integers() {
+        let data: Vec<u8> = (0..=255).cycle().take(10_000).collect();
+        let meta = SnapshotMeta::default();
+        let bytes = encode(&SnapshotBlob { vote: None, meta: meta.clone(), data: data.as_slice().into() });
+        assert!(bytes.len() < data.len() + 200, "{} bytes for {} of data", bytes.len(), data.len());
+        let back: SnapshotBlob = decode(&bytes).unwrap();
+        assert_eq!((back.meta, back.data.as_ref()), (meta, data.as_slice()));
+    }
 }
