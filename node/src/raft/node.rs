@@ -310,7 +310,9 @@ impl RaftNode {
 
     /// The leader and its peer address, as this node knows them.
     fn leader(&self) -> Option<(NodeId, String)> {
-        let metrics = self.raft.metrics().borrow_watched().clone();
+        // Borrowed, not cloned: this runs for every write.
+        let receiver = self.raft.metrics();
+        let metrics = receiver.borrow_watched();
         let id = metrics.current_leader?;
         let addr = metrics.membership_config.membership().get_node(&id)?.addr.clone();
         Some((id, addr))

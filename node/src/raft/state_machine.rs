@@ -6,7 +6,7 @@ use crate::mailbox::{CreateOutcome, DeliverOutcome, MailboxKey, NodeId};
 use crate::protocol::types::LogLevel;
 use crate::session::{SessionId, SessionRecord};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Milliseconds since the Unix epoch, as read by a leader's clock.
 pub type Millis = u64;
@@ -96,14 +96,15 @@ pub struct Session {
 pub struct StateMachine {
     /// The latest leader time seen in the log; never goes back.
     pub now: Millis,
-    pub mailboxes: BTreeMap<MailboxKey, Mailbox>,
+    /// Hashed, not ordered: looked up on every mailbox write (order lives in the sets below).
+    pub mailboxes: HashMap<MailboxKey, Mailbox>,
     /// `(deadline, key)` of pending mailboxes, for expiry in deadline order.
     pending_by_deadline: BTreeSet<(Millis, MailboxKey)>,
     /// `(drop at, key)` of finished mailboxes, for forgetting them.
     tombstones: BTreeSet<(Millis, MailboxKey)>,
     pub sessions: BTreeMap<SessionId, Session>,
     sessions_by_expiry: BTreeSet<(Millis, SessionId)>,
-    dedup: BTreeMap<WriteId, (Millis, Response)>,
+    dedup: HashMap<WriteId, (Millis, Response)>,
     dedup_by_time: BTreeSet<(Millis, WriteId)>,
 }
 
