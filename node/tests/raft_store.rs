@@ -127,7 +127,7 @@ async fn peer_requests_without_the_secret_are_refused_and_change_nothing() {
     let http = reqwest::Client::new();
     let vote = rmp_serde::to_vec_named(&json!({"vote": {"leader_id": {"term": 99, "node_id": 5}, "committed": false}, "last_log_id": null})).unwrap();
     for (auth, reason) in [(None, "missing_secret"), (Some("Bearer wrong"), "wrong_secret")] {
-        for path in ["/raft/vote", "/raft/append", "/raft/append-stream", "/raft/write", "/admin/status", "/admin/remove"] {
+        for path in ["/raft/vote", "/raft/append", "/raft/append-stream", "/raft/write-stream", "/admin/status", "/admin/remove"] {
             let mut request = http.post(format!("http://{addr}{path}")).body(vote.clone());
             if let Some(auth) = auth {
                 request = request.header("authorization", auth);
@@ -138,29 +138,31 @@ async fn peer_requests_without_the_secret_are_refused_and_change_nothing() {
         assert_eq!(cluster.metrics[0].peer_refused_count(reason), 6);
     }
     // Authenticated but malformed: 400, nothing applied.
-    for path in ["/raft/vote", "/raft/append", "/raft/snapshot", "/raft/write"] {
+    for path in ["/raft/vote", "/raft/append", "/raft/snapshot"] {
         let res = http.post(format!("http://{addr}{path}")).bearer_auth(SECRET).body(vec![0xc1, 0x00, 0xff]).send().await.unwrap();
         assert_eq!(res.status(), 400, "{path}");
     }
     let res = http.post(format!("http://{addr}/admin/learners")).bearer_auth(SECRET).body("{").send().await.unwrap();
     assert_eq!(res.status(), 400);
-    // A replication stream needs the upgrade, and a malformed frame on it closes it.
-    let res = http.post(format!("http://{addr}/raft/append-stream")).bearer_auth(SECRET).send().await.unwrap();
-    assert_eq!(res.status(), 400);
-    assert_eq!(malformed_replication_frame(addr).await, 0, "the follower closes the stream");
+    // The streams need the upgrade, and a malformed frame on one closes it.
+    for (path, protocol) in [("/raft/append-stream", "switchboard-raft-append"), ("/raft/write-stream", "switchboard-raft-write")] {
+        let res = http.post(format!("http://{addr}{path}")).bearer_auth(SECRET).send().await.unwrap();
+        assert_eq!(res.status(), 400, "{path} without the upgrade");
+        assert_eq!(malformed_stream_frame(addr, path, protocol).await, 0, "{path} is closed");
+    }
     let after = cluster.node(0).status();
     assert_eq!((before.term, before.leader, before.voters.clone()), (after.term, after.leader, after.voters.clone()));
     assert_eq!(before.last_log_index, after.last_log_index);
     cluster.stop_all().await;
 }
 
-/// Upgrade a raw connection to a replication stream, send a frame that is not MessagePack, and
-/// return how many bytes the follower answers before closing.
-async fn malformed_replication_frame(addr: std::net::SocketAddr) -> usize {
+/// Upgrade a raw connection to a peer stream, send a frame that is not MessagePack, and return
+/// how many bytes the node answers before closing.
+async fn malformed_stream_frame(addr: std::net::SocketAddr, path: &str, protocol: &str) -> usize {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let upgrade = format!(
-        "POST /raft/append-stream HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {SECRET}\r\nconnection: upgrade\r\nupgrade: switchboard-raft-append\r\ncontent-length: 0\r\n\r\n"
+        "POST {path} HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {SECRET}\r\nconnection: upgrade\r\nupgrade: {protocol}\r\ncontent-length: 0\r\n\r\n"
     );
     tcp.write_all(upgrade.as_bytes()).await.unwrap();
     let mut head = Vec::new();

@@ -1,31 +1,26 @@
 //! Pipelined log replication: openraft's `stream_append` over a long-lived connection per
-//! follower, so the leader sends the next batch (or a new commit index) without waiting for the
-//! previous answer. The connection is an HTTP upgrade on the peer port — the upgrade request
-//! carries the cluster secret like every peer request — followed by length-prefixed MessagePack
-//! frames. openraft opens a stream per replication session and per heartbeat, so a connection
+//! follower ([`super::peer_stream`]), so the leader sends the next batch (or a new commit index)
+//! without waiting for the previous answer. openraft opens a stream per replication session and per heartbeat, so a connection
 //! carries sessions one after another: the leader ends each with `End`, the follower answers
 //! `End` after the session's last result, and the connection goes back to a pool. Results come
 //! back in request order; the follower answers each once its log is flushed.
 
 use super::network::{MIN_RPC_TIMEOUT, PeerClient, PeerError};
 use super::node::RaftNode;
-use super::types::{TypeConfig, decode, encode};
+use super::peer_stream::{Reader, Writer, framed, send};
+use super::types::{TypeConfig, decode};
+use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use futures::{SinkExt, StreamExt};
 use openraft::errors::{Fatal, NetworkError, RPCError, Unreachable};
 use openraft::raft::{AppendEntriesRequest, StreamAppendResult};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
-use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 /// The `Upgrade` protocol name on the peer port.
 pub const PROTOCOL: &str = "switchboard-raft-append";
-
-/// Frames above this are refused (the same bound as a peer request body).
-pub const MAX_FRAME: usize = 256 * 1024 * 1024;
 
 /// Idle connections kept per follower.
 const POOLED_PER_PEER: usize = 4;
@@ -42,22 +37,6 @@ enum ToLeader {
     Result(Result<StreamAppendResult<TypeConfig>, Fatal<TypeConfig>>),
     /// Every result of the session has been sent.
     End,
-}
-
-fn codec() -> LengthDelimitedCodec {
-    LengthDelimitedCodec::builder().max_frame_length(MAX_FRAME).new_codec()
-}
-
-type Reader<IO> = FramedRead<ReadHalf<IO>, LengthDelimitedCodec>;
-type Writer<IO> = FramedWrite<WriteHalf<IO>, LengthDelimitedCodec>;
-
-fn framed<IO: AsyncRead + AsyncWrite>(io: IO) -> (Reader<IO>, Writer<IO>) {
-    let (read, write) = tokio::io::split(io);
-    (FramedRead::new(read, codec()), FramedWrite::new(write, codec()))
-}
-
-async fn send<IO: AsyncWrite>(writer: &mut Writer<IO>, frame: &impl Serialize) -> std::io::Result<()> {
-    writer.send(bytes::Bytes::from(encode(frame))).await
 }
 
 /// Follower side: run the sessions the leader sends over `io` until it closes the connection,

@@ -1,21 +1,127 @@
-//! Batches the writes a follower forwards to the leader: concurrent writes share one HTTP
-//! request (and, on the leader, one Raft batch and fsync). With at most `MAX_IN_FLIGHT`
-//! requests outstanding, a lone write goes out at once and a burst queues into the next batch.
+//! Carries the writes a follower forwards to the leader over one long-lived peer stream
+//! ([`super::peer_stream`]) per leader. Concurrent writes share a frame (and, on the leader, one
+//! Raft batch and fsync); each frame is answered, by id, once its writes have committed. With at
+//! most `MAX_IN_FLIGHT` frames unanswered, a lone write goes out at once and a burst queues into
+//! the next frame.
 
-use super::network::{ForwardedWrite, PeerClient, PeerError, WriteReply};
+use super::network::{ForwardedWrite, MIN_RPC_TIMEOUT, PeerClient, PeerError, WriteReply};
+use super::node::RaftNode;
+use super::peer_stream::{Accepted, Reader, Writer, framed, send};
+use super::types::decode;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+
+/// The `Upgrade` protocol name on the peer port.
+pub const PROTOCOL: &str = "switchboard-raft-write";
 
 const MAX_IN_FLIGHT: usize = 2;
 const MAX_BATCH: usize = 512;
-const BATCH_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Batch {
+    id: u64,
+    writes: Vec<ForwardedWrite>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Replies {
+    id: u64,
+    replies: Vec<WriteReply>,
+}
+
+type ReplyTo = oneshot::Sender<Result<WriteReply, PeerError>>;
 
 struct Pending {
     addr: String,
     write: ForwardedWrite,
-    reply: oneshot::Sender<Result<WriteReply, PeerError>>,
+    reply: ReplyTo,
+}
+
+/// A frame sent and not answered yet: who waits for each write, and its in-flight slot.
+type Unanswered = (Vec<ReplyTo>, Option<OwnedSemaphorePermit>);
+
+/// Frames sent on a stream and not answered yet; `None` once the stream is gone, so nothing
+/// is registered on a dead stream after its waiters were failed.
+type Waiting = Arc<Mutex<Option<HashMap<u64, Unanswered>>>>;
+
+fn fail(replies: Vec<ReplyTo>, addr: &str, reason: &str) {
+    for reply in replies {
+        let _ = reply.send(Err(PeerError::Unreachable { addr: addr.into(), reason: reason.into() }));
+    }
+}
+
+/// One stream to a leader.
+struct Link {
+    addr: String,
+    writer: Writer<reqwest::Upgraded>,
+    waiting: Waiting,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.reader.abort();
+        if let Some(waiting) = self.waiting.lock().unwrap().take() {
+            for (_, (replies, _)) in waiting {
+                fail(replies, &self.addr, "write stream closed");
+            }
+        }
+    }
+}
+
+impl Link {
+    async fn open(client: &PeerClient, addr: &str) -> Result<Link, PeerError> {
+        let (reader, writer) = framed(client.upgrade(addr, super::network::WRITE_STREAM, PROTOCOL).await?);
+        let waiting: Waiting = Arc::new(Mutex::new(Some(HashMap::new())));
+        let reader = tokio::spawn(read_replies(reader, waiting.clone(), addr.to_string()));
+        Ok(Link { addr: addr.to_string(), writer, waiting, reader })
+    }
+
+    /// Register the batch's waiters and send it; on failure they have been answered with the error.
+    async fn send(&mut self, id: u64, writes: Vec<ForwardedWrite>, replies: Vec<ReplyTo>, slot: Option<OwnedSemaphorePermit>) -> Result<(), ()> {
+        match self.waiting.lock().unwrap().as_mut() {
+            Some(waiting) => waiting.insert(id, (replies, slot)),
+            None => {
+                fail(replies, &self.addr, "write stream closed");
+                return Err(());
+            }
+        };
+        match tokio::time::timeout(MIN_RPC_TIMEOUT, send(&mut self.writer, &Batch { id, writes })).await {
+            Ok(Ok(())) => Ok(()),
+            _ => Err(()), // dropping the link fails every waiter
+        }
+    }
+}
+
+async fn read_replies(mut reader: Reader<reqwest::Upgraded>, waiting: Waiting, addr: String) {
+    let reason = loop {
+        let replies = match reader.next().await {
+            Some(Ok(bytes)) => match decode::<Replies>(&bytes) {
+                Ok(replies) => replies,
+                Err(e) => break format!("undecodable write replies: {e}"),
+            },
+            Some(Err(e)) => break e.to_string(),
+            None => break "the leader closed the write stream".to_string(),
+        };
+        let Some((senders, _slot)) = waiting.lock().unwrap().as_mut().and_then(|w| w.remove(&replies.id)) else { continue };
+        if senders.len() != replies.replies.len() {
+            let reason = format!("{} replies for {} writes", replies.replies.len(), senders.len());
+            fail(senders, &addr, &reason);
+            continue;
+        }
+        for (sender, reply) in senders.into_iter().zip(replies.replies) {
+            let _ = sender.send(Ok(reply));
+        }
+    };
+    if let Some(waiting) = waiting.lock().unwrap().take() {
+        for (_, (senders, _)) in waiting {
+            fail(senders, &addr, &reason);
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -28,46 +134,38 @@ impl Forwarder {
     pub fn start(client: PeerClient) -> Forwarder {
         let (tx, mut rx) = mpsc::unbounded_channel::<Pending>();
         tokio::spawn(async move {
-            let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+            let mut links: HashMap<String, Link> = HashMap::new();
+            let mut next_id = 0u64;
+            let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
             while let Some(first) = rx.recv().await {
-                let Ok(permit) = permits.clone().acquire_owned().await else { return };
-                let mut batch = vec![first];
-                while batch.len() < MAX_BATCH {
-                    match rx.try_recv() {
-                        Ok(p) => batch.push(p),
-                        Err(_) => break,
+                let Ok(slot) = slots.clone().acquire_owned().await else { return };
+                // A batch spans leaders only around a leader change; the extra frames go unslotted.
+                let mut slot = Some(slot);
+                let mut by_leader: HashMap<String, (Vec<ForwardedWrite>, Vec<ReplyTo>)> = HashMap::new();
+                for p in std::iter::once(first).chain(std::iter::from_fn(|| rx.try_recv().ok()).take(MAX_BATCH - 1)) {
+                    let (writes, replies) = by_leader.entry(p.addr).or_default();
+                    writes.push(p.write);
+                    replies.push(p.reply);
+                }
+                for (addr, (writes, replies)) in by_leader {
+                    if links.get(&addr).is_some_and(|link| link.reader.is_finished()) {
+                        links.remove(&addr);
+                    }
+                    let link = match links.entry(addr.clone()) {
+                        std::collections::hash_map::Entry::Occupied(link) => link.into_mut(),
+                        std::collections::hash_map::Entry::Vacant(slot) => match Link::open(&client, &addr).await {
+                            Ok(link) => slot.insert(link),
+                            Err(e) => {
+                                fail(replies, &addr, &e.to_string());
+                                continue;
+                            }
+                        },
+                    };
+                    next_id += 1;
+                    if link.send(next_id, writes, replies, slot.take()).await.is_err() {
+                        links.remove(&addr);
                     }
                 }
-                let client = client.clone();
-                tokio::spawn(async move {
-                    let mut by_leader: HashMap<String, Vec<Pending>> = HashMap::new();
-                    for p in batch {
-                        by_leader.entry(p.addr.clone()).or_default().push(p);
-                    }
-                    for (addr, group) in by_leader {
-                        let writes: Vec<&ForwardedWrite> = group.iter().map(|p| &p.write).collect();
-                        match client.forward_writes(&addr, &writes, BATCH_TIMEOUT).await {
-                            Ok(replies) if replies.len() == group.len() => {
-                                for (p, reply) in group.into_iter().zip(replies) {
-                                    let _ = p.reply.send(Ok(reply));
-                                }
-                            }
-                            Ok(replies) => {
-                                let e = PeerError::Decode { addr: addr.clone(), reason: format!("{} replies for {} writes", replies.len(), group.len()) };
-                                for p in group {
-                                    let _ = p.reply.send(Err(PeerError::Decode { addr: addr.clone(), reason: e.to_string() }));
-                                }
-                            }
-                            Err(e) => {
-                                let reason = e.to_string();
-                                for p in group {
-                                    let _ = p.reply.send(Err(PeerError::Unreachable { addr: addr.clone(), reason: reason.clone() }));
-                                }
-                            }
-                        }
-                    }
-                    drop(permit);
-                });
             }
         });
         Forwarder { tx }
@@ -85,5 +183,38 @@ impl Forwarder {
             Ok(Err(_)) => Err(unreachable("forwarder dropped the write")),
             Err(_) => Err(unreachable("timed out waiting for the leader")),
         }
+    }
+}
+
+/// Leader side: propose each batch as it arrives (batches in flight concurrently, each batch's
+/// writes together, so openraft commits them in one go) and answer it when they are done.
+pub async fn serve(node: Arc<RaftNode>, io: Accepted) {
+    let (mut reader, mut writer) = framed(io);
+    let (done, mut answers) = mpsc::unbounded_channel::<Replies>();
+    let reading = async move {
+        while let Some(frame) = reader.next().await {
+            let batch = match frame.map(|bytes| decode::<Batch>(&bytes)) {
+                Ok(Ok(batch)) => batch,
+                Ok(Err(e)) => return tracing::warn!(error = %e, "malformed forwarded-write frame; closing the stream"),
+                Err(e) => return tracing::debug!(error = %e, "write stream read failed"),
+            };
+            let (node, done) = (node.clone(), done.clone());
+            tokio::spawn(async move {
+                let writes = batch.writes.into_iter().map(|w| node.write_as_leader(Some(w.write), w.command));
+                let replies = futures::future::join_all(writes).await;
+                let _ = done.send(Replies { id: batch.id, replies });
+            });
+        }
+    };
+    let writing = async move {
+        while let Some(replies) = answers.recv().await {
+            if send(&mut writer, &replies).await.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        _ = reading => {}
+        _ = writing => {}
     }
 }

@@ -4,16 +4,18 @@
 //!
 //! - [`state_machine`]: the replicated state and its rules, pure.
 //! - [`log_store`] and [`sm_store`]: openraft storage (redb log, snapshot files).
-//! - [`network`] and [`peer_api`]: the peer port, client and server side; [`append_stream`]:
-//!   pipelined replication over an upgraded peer connection.
+//! - [`network`] and [`peer_api`]: the peer port, client and server side; [`peer_stream`]:
+//!   long-lived framed connections on it, for [`append_stream`] (pipelined replication) and
+//!   `forwarder` (followers' writes to the leader).
 //! - [`node`]: one member, and the `Mailbox`/`SessionStore` implementations over it.
 
 pub mod append_stream;
-mod forwarder;
+pub mod forwarder;
 pub mod log_store;
 pub mod network;
 pub mod node;
 pub mod peer_api;
+pub mod peer_stream;
 pub mod relay;
 pub mod sm_store;
 pub mod state_machine;

@@ -18,7 +18,7 @@ pub const APPEND: &str = "/raft/append";
 pub const APPEND_STREAM: &str = "/raft/append-stream";
 pub const VOTE: &str = "/raft/vote";
 pub const SNAPSHOT: &str = "/raft/snapshot";
-pub const WRITE: &str = "/raft/write";
+pub const WRITE_STREAM: &str = "/raft/write-stream";
 pub const READ_INDEX: &str = "/raft/read-index";
 pub const STATUS: &str = "/admin/status";
 pub const LEARNERS: &str = "/admin/learners";
@@ -157,11 +157,6 @@ impl PeerClient {
         .timeout(Duration::from_secs(30));
         let bytes = self.send(request, addr).await?;
         serde_json::from_slice(&bytes).map_err(|e| PeerError::Decode { addr: addr.into(), reason: e.to_string() })
-    }
-
-    /// Hand a batch of writes to the leader; one reply per write, in order.
-    pub async fn forward_writes(&self, addr: &str, writes: &[&ForwardedWrite], timeout: Duration) -> Result<Vec<WriteReply>, PeerError> {
-        self.rpc(addr, WRITE, &writes, timeout).await
     }
 
     pub async fn read_index(&self, addr: &str, timeout: Duration) -> Result<ReadIndexReply, PeerError> {

@@ -1,7 +1,7 @@
 //! The peer port: Raft RPCs (MessagePack), forwarded writes and read indexes, and the admin API
 //! (JSON). Every request must carry the cluster secret; others are refused (401) and counted.
 
-use super::network::{self as net, ForwardedWrite, ReadIndexReply, Refusal, WriteReply};
+use super::network::{self as net, ReadIndexReply, Refusal};
 use super::node::{RaftNode, RaftStoreError};
 use std::future::Future;
 use super::types::{Snapshot, SnapshotBlob, TypeConfig, decode, encode};
@@ -37,7 +37,7 @@ pub fn router(node: Arc<RaftNode>, secret: &str, key_fingerprint: Option<String>
         .route(net::APPEND_STREAM, post(append_stream))
         .route(net::VOTE, post(vote))
         .route(net::SNAPSHOT, post(snapshot))
-        .route(net::WRITE, post(write))
+        .route(net::WRITE_STREAM, post(write_stream))
         .route(net::READ_INDEX, post(read_index))
         .route(net::STATUS, get(status))
         .route(net::LEARNERS, post(add_learner))
@@ -97,21 +97,8 @@ async fn append(State(s): State<PeerState>, bytes: Bytes) -> Response {
 }
 
 /// Switch to a pipelined replication stream (see [`super::append_stream`]).
-async fn append_stream(State(s): State<PeerState>, mut request: Request) -> Response {
-    let asked = request.headers().get(header::UPGRADE).and_then(|v| v.to_str().ok());
-    if asked != Some(super::append_stream::PROTOCOL) {
-        return (StatusCode::BAD_REQUEST, format!("expected `Upgrade: {}`", super::append_stream::PROTOCOL)).into_response();
-    }
-    let upgrade = hyper::upgrade::on(&mut request);
-    let node = s.node.clone();
-    // Tracked by the node, so a stopped member's streams end with it.
-    s.node.track(tokio::spawn(async move {
-        match upgrade.await {
-            Ok(upgraded) => super::append_stream::serve(node, hyper_util::rt::TokioIo::new(upgraded)).await,
-            Err(e) => tracing::debug!(error = %e, "replication stream upgrade failed"),
-        }
-    }));
-    (StatusCode::SWITCHING_PROTOCOLS, [(header::CONNECTION, "upgrade"), (header::UPGRADE, super::append_stream::PROTOCOL)]).into_response()
+async fn append_stream(State(s): State<PeerState>, request: Request) -> Response {
+    super::peer_stream::accept(&s.node, request, super::append_stream::PROTOCOL, super::append_stream::serve)
 }
 
 async fn vote(State(s): State<PeerState>, bytes: Bytes) -> Response {
@@ -138,15 +125,9 @@ async fn snapshot(State(s): State<PeerState>, bytes: Bytes) -> Response {
     msgpack(&reply)
 }
 
-async fn write(State(s): State<PeerState>, bytes: Bytes) -> Response {
-    let forwarded: Vec<ForwardedWrite> = match body(&bytes, "forwarded writes") {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
-    // Proposed concurrently, so openraft commits the batch together.
-    let replies: Vec<WriteReply> =
-        futures::future::join_all(forwarded.into_iter().map(|w| s.node.write_as_leader(Some(w.write), w.command))).await;
-    msgpack(&replies)
+/// Switch to a stream of forwarded writes (see [`super::forwarder`]).
+async fn write_stream(State(s): State<PeerState>, request: Request) -> Response {
+    super::peer_stream::accept(&s.node, request, super::forwarder::PROTOCOL, super::forwarder::serve)
 }
 
 async fn read_index(State(s): State<PeerState>) -> Response {
