@@ -19,6 +19,8 @@
 //! `cargo bench -p switchboard-node --bench elicitation` (about a minute; nginx from NGINX_BIN,
 //! `nginx` on PATH or /usr/sbin/nginx — the cluster and load-balanced parts are skipped without
 //! it). Prints figures and targets; asserts only that every call came back confirmed.
+//! `cargo bench -p switchboard-node --bench elicitation -- memory` runs section 3 alone (no
+//! nginx needed).
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -736,11 +738,12 @@ fn main() {
             println!("nginx not found (NGINX_BIN, PATH, /usr/sbin/nginx): the load-balanced figures are skipped");
         }
         let trips = |f: &Figures| f.trips + WARMUP;
+        let memory_only = std::env::args().any(|a| a == "memory");
 
         // 1. The cluster.
         let mut clustered = None;
         let mut cluster_park = None;
-        if let Some(nginx) = &nginx {
+        if let Some(nginx) = nginx.as_ref().filter(|_| !memory_only) {
             println!("\n1. 3-node Raft cluster (fsync'd log, heartbeat 50 ms)");
             let dir = tempfile::tempdir().unwrap();
             let mut nodes = start_raft(&http, dir.path(), 3).await;
@@ -769,9 +772,10 @@ fn main() {
             for n in &mut nodes {
                 n.proc.stop();
             }
-            drop(dir);
+        }
 
-            // 3b, on a fresh cluster.
+        // 3b, on a fresh cluster (needs no nginx).
+        if nginx.is_some() || memory_only {
             let dir = tempfile::tempdir().unwrap();
             let mut nodes = start_raft(&http, dir.path(), 3).await;
             let leader = metric(&http, &nodes[0].metrics_url(), "switchboard_raft_leader").await.map(|l| l as usize);
@@ -789,22 +793,24 @@ fn main() {
         }
 
         // 2. One node.
-        println!("\n2. one node");
-        let dir = tempfile::tempdir().unwrap();
-        let mut node = start_memory(&http, dir.path()).await;
-        let single = workload(&http, &Route::one(&node.url())).await;
-        row("memory store, direct", &single);
-        let mut served = trips(&single);
-        if let Some(nginx) = &nginx {
-            let (mut front, url) = start_nginx(&http, nginx, &dir.path().join("nginx"), &[node.port]).await;
-            let f = workload(&http, &Route::one(&url)).await;
-            row("memory store, through nginx", &f);
-            served += trips(&f);
-            front.stop();
-        }
-        rss_line("memory-store node", served, &[("node".into(), node.proc.pid())]);
-        node.proc.stop();
-        {
+        let mut single = None;
+        if !memory_only {
+            println!("\n2. one node");
+            let dir = tempfile::tempdir().unwrap();
+            let mut node = start_memory(&http, dir.path()).await;
+            let f = workload(&http, &Route::one(&node.url())).await;
+            row("memory store, direct", &f);
+            let mut served = trips(&f);
+            single = Some(f);
+            if let Some(nginx) = &nginx {
+                let (mut front, url) = start_nginx(&http, nginx, &dir.path().join("nginx"), &[node.port]).await;
+                let f = workload(&http, &Route::one(&url)).await;
+                row("memory store, through nginx", &f);
+                served += trips(&f);
+                front.stop();
+            }
+            rss_line("memory-store node", served, &[("node".into(), node.proc.pid())]);
+            node.proc.stop();
             let raft_dir = tempfile::tempdir().unwrap();
             let mut lone = start_raft(&http, raft_dir.path(), 1).await;
             row("1-node Raft store (fsync), direct", &workload(&http, &Route::one(&lone[0].url())).await);
@@ -827,7 +833,7 @@ fn main() {
         }
 
         println!("\nsummary (targets)");
-        if let Some(c) = &clustered {
+        if let (Some(c), Some(single)) = (&clustered, &single) {
             println!("  clustered p50 {:.3} ms (target < 3 ms): {}", ms(c.p50), verdict(c.p50 < Duration::from_millis(3)));
             let ratio = c.p50.as_secs_f64() / single.p50.as_secs_f64();
             println!("  clustered/single p50 x{ratio:.2} (target < 2x): {}", verdict(ratio < 2.0));

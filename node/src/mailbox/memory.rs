@@ -5,9 +5,9 @@ use super::{CreateOutcome, DeliverOutcome, Mailbox, MailboxError, MailboxKey, No
 use async_trait::async_trait;
 use serde_json::Value;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
 /// How long the record of a finished mailbox is kept so a late delivery is told why it lost.
 const TOMBSTONE_RETENTION: Duration = Duration::from_secs(600);
@@ -21,12 +21,21 @@ enum State {
 
 struct Slot {
     deadline: Instant,
-    state: watch::Sender<State>,
+    state: State,
+    /// Wakes the waiter when the state leaves `Pending` (a `Notify` rather than a watch
+    /// channel: a fraction of the memory, and there is one per parked call).
+    settled: Arc<Notify>,
 }
 
 impl Slot {
     fn expired(&self, now: Instant) -> bool {
-        now >= self.deadline && matches!(*self.state.borrow(), State::Pending)
+        now >= self.deadline && matches!(self.state, State::Pending)
+    }
+
+    /// Set the state and wake the waiter.
+    fn settle(&mut self, state: State) {
+        self.state = state;
+        self.settled.notify_waiters();
     }
 }
 
@@ -44,7 +53,7 @@ impl InMemoryMailbox {
     pub fn pending(&self) -> usize {
         let now = Instant::now();
         let slots = self.slots.lock().unwrap();
-        slots.values().filter(|s| matches!(*s.state.borrow(), State::Pending) && !s.expired(now)).count()
+        slots.values().filter(|s| matches!(s.state, State::Pending) && !s.expired(now)).count()
     }
 
     /// Drop records whose retention has passed. Amortised over creates.
@@ -65,63 +74,56 @@ impl Mailbox for InMemoryMailbox {
         if slots.contains_key(key) {
             return Ok(CreateOutcome::AlreadyExists);
         }
-        let (state, _) = watch::channel(State::Pending);
-        slots.insert(key.clone(), Slot { deadline: now + ttl, state });
+        slots.insert(key.clone(), Slot { deadline: now + ttl, state: State::Pending, settled: Arc::default() });
         Ok(CreateOutcome::Created)
     }
 
     async fn deliver(&self, key: &MailboxKey, value: Value) -> Result<DeliverOutcome, MailboxError> {
-        let slots = self.slots.lock().unwrap();
-        let Some(slot) = slots.get(key) else { return Ok(DeliverOutcome::NotFound) };
+        let mut slots = self.slots.lock().unwrap();
+        let Some(slot) = slots.get_mut(key) else { return Ok(DeliverOutcome::NotFound) };
         if slot.expired(Instant::now()) {
             return Ok(DeliverOutcome::Expired);
         }
-        let mut outcome = DeliverOutcome::Delivered;
-        slot.state.send_if_modified(|state| match state {
+        Ok(match slot.state {
             State::Pending => {
-                *state = State::Delivered(value);
-                true
+                slot.settle(State::Delivered(value));
+                DeliverOutcome::Delivered
             }
-            State::Delivered(_) => {
-                outcome = DeliverOutcome::AlreadyDelivered;
-                false
-            }
-            State::Deleted => {
-                outcome = DeliverOutcome::Deleted;
-                false
-            }
-        });
-        Ok(outcome)
+            State::Delivered(_) => DeliverOutcome::AlreadyDelivered,
+            State::Deleted => DeliverOutcome::Deleted,
+        })
     }
 
     async fn wait(&self, key: &MailboxKey, timeout: Duration) -> Result<WaitOutcome, MailboxError> {
-        let (mut rx, deadline) = {
+        let (settled, deadline) = {
             let slots = self.slots.lock().unwrap();
             let Some(slot) = slots.get(key) else { return Ok(WaitOutcome::NotFound) };
-            (slot.state.subscribe(), slot.deadline)
+            match &slot.state {
+                State::Delivered(v) => return Ok(WaitOutcome::Delivered(v.clone())),
+                State::Deleted => return Ok(WaitOutcome::Deleted),
+                // Taken under the lock, so a delivery right after it still wakes it.
+                State::Pending => (slot.settled.clone().notified_owned(), slot.deadline),
+            }
         };
         let wake_by = (Instant::now() + timeout).min(deadline);
-        let settled = tokio::time::timeout_at(wake_by.into(), rx.wait_for(|s| *s != State::Pending)).await;
-        Ok(match settled {
-            Ok(Ok(state)) => match &*state {
-                State::Delivered(v) => WaitOutcome::Delivered(v.clone()),
-                State::Deleted => WaitOutcome::Deleted,
-                State::Pending => unreachable!("wait_for returned a pending state"),
+        let woken = tokio::time::timeout_at(wake_by.into(), settled).await;
+        Ok(match woken {
+            Ok(()) => match self.slots.lock().unwrap().get(key).map(|slot| &slot.state) {
+                Some(State::Delivered(v)) => WaitOutcome::Delivered(v.clone()),
+                // Only a settled state wakes the waiter, and the record outlives the deadline
+                // by long: anything else is a deletion.
+                _ => WaitOutcome::Deleted,
             },
-            // The sender lives in the map until swept, long after the deadline.
-            Ok(Err(_)) => WaitOutcome::Deleted,
             Err(_) if wake_by == deadline => WaitOutcome::Expired,
             Err(_) => WaitOutcome::TimedOut,
         })
     }
 
     async fn delete(&self, key: &MailboxKey) -> Result<(), MailboxError> {
-        if let Some(slot) = self.slots.lock().unwrap().get(key) {
-            slot.state.send_if_modified(|state| {
-                let changed = *state != State::Deleted;
-                *state = State::Deleted;
-                changed
-            });
+        if let Some(slot) = self.slots.lock().unwrap().get_mut(key)
+            && slot.state != State::Deleted
+        {
+            slot.settle(State::Deleted);
         }
         Ok(())
     }

@@ -11,7 +11,7 @@ use crate::mailbox::{MailboxError, MailboxKey, WaitOutcome};
 use crate::protocol::jsonrpc::{ErrorObject, Message, RequestId};
 use crate::protocol::types::{CreateMessageParams, CreateMessageResult, ElicitAction, ElicitResult, LogLevel};
 use crate::session::SessionRecord;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -27,8 +27,42 @@ pub enum Outgoing {
     Disconnect,
 }
 
-/// Where a request's (or a session's) outgoing messages go.
-pub type Outbound = mpsc::UnboundedSender<Outgoing>;
+/// Where a request's (or a session's) outgoing messages go. Dropping the last clone tells the
+/// sink its producer is done.
+#[derive(Clone)]
+pub struct Outbound(Arc<dyn OutboundSink>);
+
+/// What an [`Outbound`] writes to; each transport brings its own.
+pub trait OutboundSink: Send + Sync + 'static {
+    fn send(&self, outgoing: Outgoing) -> Result<(), StreamClosed>;
+}
+
+/// The client can no longer be reached through this outbound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the client's stream is closed")]
+pub struct StreamClosed;
+
+impl Outbound {
+    pub fn new(sink: impl OutboundSink) -> Self {
+        Outbound(Arc::new(sink))
+    }
+    pub fn send(&self, outgoing: Outgoing) -> Result<(), StreamClosed> {
+        self.0.send(outgoing)
+    }
+}
+
+impl<S: OutboundSink> From<Arc<S>> for Outbound {
+    fn from(sink: Arc<S>) -> Self {
+        Outbound(sink)
+    }
+}
+
+/// A channel, for transports that write from a task of their own (stdio).
+impl OutboundSink for mpsc::UnboundedSender<Outgoing> {
+    fn send(&self, outgoing: Outgoing) -> Result<(), StreamClosed> {
+        mpsc::UnboundedSender::send(self, outgoing).map_err(|_| StreamClosed)
+    }
+}
 
 /// Which kind of server-to-client request; each has its own timeout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,8 +113,14 @@ pub enum ClientRequestError {
 /// `notifications/cancelled`) always comes first.
 pub const MAILBOX_GRACE: Duration = Duration::from_secs(5);
 
+/// What a handler runs with. One pointer: every layer between a request's task and its
+/// handler keeps a context in its future, and those futures stay in memory while it parks.
 #[derive(Clone)]
 pub struct RequestContext {
+    scope: Arc<RequestScope>,
+}
+
+pub(crate) struct RequestScope {
     pub(crate) server: Server,
     pub(crate) session: Arc<SessionRecord>,
     pub(crate) request_id: RequestId,
@@ -90,31 +130,37 @@ pub struct RequestContext {
 }
 
 impl RequestContext {
+    pub(crate) fn new(scope: RequestScope) -> Self {
+        RequestContext { scope: Arc::new(scope) }
+    }
+    pub(crate) fn out(&self) -> &Outbound {
+        &self.scope.out
+    }
     pub fn session(&self) -> &SessionRecord {
-        &self.session
+        &self.scope.session
     }
     pub fn request_id(&self) -> &RequestId {
-        &self.request_id
+        &self.scope.request_id
     }
     /// The `_meta.progressToken` of the request, if the client asked for progress.
     pub fn progress_token(&self) -> Option<&Value> {
-        self.progress_token.as_ref()
+        self.scope.progress_token.as_ref()
     }
     /// Resolves when the client cancels this request.
     pub async fn cancelled(&self) {
-        self.cancel.cancelled().await
+        self.scope.cancel.cancelled().await
     }
     pub fn is_cancelled(&self) -> bool {
-        self.cancel.is_cancelled()
+        self.scope.cancel.is_cancelled()
     }
 
     fn send(&self, msg: Message) -> Result<(), ClientRequestError> {
-        self.out.send(Outgoing::Message(Box::new(msg))).map_err(|_| ClientRequestError::ClientGone)
+        self.scope.out.send(Outgoing::Message(Box::new(msg))).map_err(|_| ClientRequestError::ClientGone)
     }
 
     /// Send `notifications/progress` if the client asked for progress on this request.
     pub fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
-        let Some(token) = &self.progress_token else { return };
+        let Some(token) = &self.scope.progress_token else { return };
         let mut params = json!({"progressToken": token, "progress": progress});
         if let Some(total) = total {
             params["total"] = json!(total);
@@ -127,7 +173,7 @@ impl RequestContext {
 
     /// Send `notifications/message` if `level` is at or above the session's level.
     pub fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
-        if level < self.server.log_level(&self.session) {
+        if level < self.scope.server.log_level(&self.scope.session) {
             return;
         }
         let mut params = json!({"level": level, "data": data});
@@ -140,28 +186,34 @@ impl RequestContext {
     /// End the HTTP response carrying this request's stream; the client reconnects with
     /// `Last-Event-ID` and receives what followed (SSE polling, SEP-1699).
     pub fn close_sse_stream(&self) {
-        let _ = self.out.send(Outgoing::Disconnect);
+        let _ = self.scope.out.send(Outgoing::Disconnect);
     }
 
     /// Ask the user to fill a form (`elicitation/create`, form mode). `requested_schema` must be a
     /// flat object of primitive fields. Accepted content is validated against it.
     pub async fn elicit(&self, message: impl Into<String>, requested_schema: Value) -> Result<ElicitResult, ClientRequestError> {
-        if !self.session.capabilities.elicitation_form() {
+        if !self.scope.session.capabilities.elicitation_form() {
             return Err(ClientRequestError::CapabilityMissing("elicitation"));
         }
         check_flat_schema(&requested_schema)?;
         // Compile now to refuse a bad schema before asking, but don't hold the validator while
         // parked (it is most of a parked call's memory): rebuild it when an answer is accepted.
+        // Parked, the schema itself is kept as JSON text, a fraction of the size of a `Value`.
         jsonschema::validator_for(&requested_schema).map_err(|e| ClientRequestError::InvalidSchema(e.to_string()))?;
-        let params_schema = requested_schema.clone();
-        let mut params = json!({"message": message.into(), "requestedSchema": requested_schema});
-        if self.session.protocol_version.as_str() >= "2025-11-25" {
-            params["mode"] = json!("form");
+        let mut schema_text = requested_schema.to_string();
+        schema_text.shrink_to_fit();
+        // Built by moving the schema in (`json!` would copy it and keep the original alive).
+        let mut params = Map::new();
+        params.insert("message".into(), Value::String(message.into()));
+        params.insert("requestedSchema".into(), requested_schema);
+        if self.scope.session.protocol_version.as_str() >= "2025-11-25" {
+            params.insert("mode".into(), json!("form"));
         }
-        let answer = self.request(RequestKind::Elicitation, "elicitation/create", params).await?;
+        let answer = self.request(RequestKind::Elicitation, "elicitation/create", Value::Object(params)).await?;
         let result: ElicitResult = serde_json::from_value(answer).map_err(|e| ClientRequestError::MalformedAnswer(e.to_string()))?;
         if result.action == ElicitAction::Accept {
-            let validator = jsonschema::validator_for(&params_schema).map_err(|e| ClientRequestError::InvalidSchema(e.to_string()))?;
+            let schema: Value = serde_json::from_str(&schema_text).expect("serialized JSON parses back");
+            let validator = jsonschema::validator_for(&schema).map_err(|e| ClientRequestError::InvalidSchema(e.to_string()))?;
             let content = Value::Object(result.content.clone().unwrap_or_default());
             if let Some(errors) = validation_errors(&validator, &content) {
                 return Err(ClientRequestError::InvalidContent(errors));
@@ -172,7 +224,7 @@ impl RequestContext {
 
     /// Send the user to a URL (`elicitation/create`, URL mode, 2025-11-25).
     pub async fn elicit_url(&self, message: impl Into<String>, url: &str, elicitation_id: &str) -> Result<ElicitResult, ClientRequestError> {
-        if !self.session.capabilities.elicitation_url() {
+        if !self.scope.session.capabilities.elicitation_url() {
             return Err(ClientRequestError::CapabilityMissing("elicitation.url"));
         }
         let params = json!({"mode": "url", "message": message.into(), "url": url, "elicitationId": elicitation_id});
@@ -188,10 +240,10 @@ impl RequestContext {
 
     /// Ask the client's LLM for a completion (`sampling/createMessage`).
     pub async fn sample(&self, params: CreateMessageParams) -> Result<CreateMessageResult, ClientRequestError> {
-        if !self.session.capabilities.sampling() {
+        if !self.scope.session.capabilities.sampling() {
             return Err(ClientRequestError::CapabilityMissing("sampling"));
         }
-        if params.tools.is_some() && !self.session.capabilities.sampling_tools() {
+        if params.tools.is_some() && !self.scope.session.capabilities.sampling_tools() {
             return Err(ClientRequestError::CapabilityMissing("sampling.tools"));
         }
         let params = serde_json::to_value(params).expect("params serialize");
@@ -201,14 +253,14 @@ impl RequestContext {
 
     /// Create the mailbox, then send the request, then park. Returns the `result` member.
     async fn request(&self, kind: RequestKind, method: &str, params: Value) -> Result<Value, ClientRequestError> {
-        let server = &self.server;
+        let server = &self.scope.server;
         let timeout = server.timeout(kind);
         let key = MailboxKey::random();
         let ttl = timeout + MAILBOX_GRACE;
         server.mailbox().create(&key, server.node_id(), ttl).await?;
         let sealed = correlation::SealedRequest { key: key.clone(), owner: server.node_id(), deadline_ms: crate::clock::now_ms() + ttl.as_millis() as u64 };
-        let id = server.sealer().seal_request(&sealed, self.session.id.as_str());
-        tracing::info!(%key, %kind, session = %self.session.id, "server-to-client request sent; parked");
+        let id = server.sealer().seal_request(&sealed, self.scope.session.id.as_str());
+        tracing::info!(%key, %kind, session = %self.scope.session.id, "server-to-client request sent; parked");
         if let Err(e) = self.send(Message::request(id.clone(), method, params)) {
             server.mailbox().delete(&key).await?;
             return Err(e);
@@ -216,7 +268,7 @@ impl RequestContext {
         let started = Instant::now();
         let outcome = tokio::select! {
             outcome = server.mailbox().wait(&key, timeout) => outcome?,
-            _ = self.cancel.cancelled() => {
+            _ = self.scope.cancel.cancelled() => {
                 server.mailbox().delete(&key).await?;
                 return Err(ClientRequestError::Cancelled);
             }

@@ -7,12 +7,13 @@ mod context;
 pub mod correlation;
 mod registry;
 
-pub use context::{ClientRequestError, MAILBOX_GRACE, Outbound, Outgoing, RequestContext, RequestKind};
+pub use context::{ClientRequestError, MAILBOX_GRACE, Outbound, OutboundSink, Outgoing, RequestContext, RequestKind, StreamClosed};
 pub use registry::{
     Completer, HandlerResult, PromptDef, ResourceDef, ResourceMeta, SchemaError, ToolDef, ToolError, match_template,
     paginate, schema_for,
 };
 
+use context::RequestScope;
 use crate::mailbox::{DeliverOutcome, Mailbox};
 use crate::metrics::Metrics;
 use crate::protocol::jsonrpc::{ErrorObject, Message, RESOURCE_NOT_FOUND, RequestId};
@@ -69,17 +70,34 @@ pub enum Notice {
 #[derive(Default)]
 struct LocalSession {
     running: Mutex<HashMap<RequestId, CancellationToken>>,
+    /// The record the requests running here share, so a parked call holds a pointer rather
+    /// than its own copy.
+    record: Mutex<Option<Arc<SessionRecord>>>,
     /// The standalone stream (HTTP GET, or stdout for stdio), when one is attached.
     notifier: Mutex<Option<Outbound>>,
     /// Log level set on this node, ahead of the store's copy.
     log_level: Mutex<Option<LogLevel>>,
 }
 
+impl LocalSession {
+    /// The shared copy of `record`: the one already held when it is unchanged, else `record`
+    /// itself, which becomes the shared copy.
+    fn share(&self, record: SessionRecord) -> Arc<SessionRecord> {
+        let mut shared = self.record.lock().unwrap();
+        match &*shared {
+            Some(current) if **current == record => current.clone(),
+            _ => shared.insert(Arc::new(record)).clone(),
+        }
+    }
+}
+
+/// Offerings behind `Arc`: a running handler holds its definition (schemas included) for as
+/// long as it runs, possibly parked for minutes, and must not need a copy of it.
 #[derive(Default)]
 struct Registry {
-    tools: Vec<ToolDef>,
-    prompts: Vec<PromptDef>,
-    resources: Vec<ResourceDef>,
+    tools: Vec<Arc<ToolDef>>,
+    prompts: Vec<Arc<PromptDef>>,
+    resources: Vec<Arc<ResourceDef>>,
 }
 
 struct Inner {
@@ -148,15 +166,15 @@ impl ServerBuilder {
         self
     }
     pub fn tool(mut self, tool: ToolDef) -> Self {
-        self.registry.tools.push(tool);
+        self.registry.tools.push(Arc::new(tool));
         self
     }
     pub fn prompt(mut self, prompt: PromptDef) -> Self {
-        self.registry.prompts.push(prompt);
+        self.registry.prompts.push(Arc::new(prompt));
         self
     }
     pub fn resource(mut self, resource: ResourceDef) -> Self {
-        self.registry.resources.push(resource);
+        self.registry.resources.push(Arc::new(resource));
         self
     }
     pub fn build(self, mailbox: Arc<dyn Mailbox>, sessions: Arc<dyn SessionStore>) -> Server {
@@ -285,26 +303,30 @@ impl Server {
         let cancel = CancellationToken::new();
         local.running.lock().unwrap().insert(id.clone(), cancel.clone());
         let progress_token = params.as_ref().and_then(|p| p.pointer("/_meta/progressToken")).cloned();
-        let ctx = RequestContext {
+        let ctx = RequestContext::new(RequestScope {
             server: self.clone(),
-            session: Arc::new(session),
+            session: local.share(session),
             request_id: id.clone(),
             progress_token,
-            out: out.clone(),
-            cancel: cancel.clone(),
-        };
+            out,
+            cancel,
+        });
         tokio::spawn(async move {
             // Biased: once the client cancelled, no response goes out even if the handler
             // finished in the same instant.
             let response = tokio::select! {
                 biased;
-                _ = cancel.cancelled() => None,
-                r = server.dispatch(ctx, &method, params.unwrap_or_else(|| json!({}))) => Some(r),
+                _ = ctx.cancelled() => None,
+                r = server.dispatch(ctx.clone(), &method, params.unwrap_or_else(|| json!({}))) => Some(r),
             };
             local.running.lock().unwrap().remove(&id);
             match response {
-                Some(Ok(result)) => drop(out.send(Outgoing::Message(Box::new(Message::response(id, result))))),
-                Some(Err(error)) => drop(out.send(Outgoing::Message(Box::new(Message::error(Some(id), error))))),
+                Some(Ok(result)) => {
+                    let _ = ctx.out().send(Outgoing::Message(Box::new(Message::response(id, result))));
+                }
+                Some(Err(error)) => {
+                    let _ = ctx.out().send(Outgoing::Message(Box::new(Message::error(Some(id), error))));
+                }
                 None => tracing::debug!(request = %id, "request cancelled by the client"),
             }
         });
@@ -369,7 +391,9 @@ impl Server {
         }
     }
 
-    async fn dispatch(&self, ctx: RequestContext, method: &str, params: Value) -> Result<Value, ErrorObject> {
+    /// Arms that run a handler drop `params` first: a handler may park for minutes, and the
+    /// request it came in needn't stay in memory meanwhile.
+    async fn dispatch(&self, ctx: RequestContext, method: &str, mut params: Value) -> Result<Value, ErrorObject> {
         let cursor = params.get("cursor").and_then(Value::as_str).map(str::to_owned);
         let page_size = self.inner.config.page_size;
         match method {
@@ -379,13 +403,13 @@ impl Server {
                 "the session is already initialized",
             )),
             "tools/list" => {
-                let defs: Vec<Value> = self.inner.registry.read().unwrap().tools.iter().map(ToolDef::definition).collect();
+                let defs: Vec<Value> = self.inner.registry.read().unwrap().tools.iter().map(|t| t.definition()).collect();
                 let (page, next) = paginate(&defs, cursor.as_deref(), page_size)?;
                 Ok(with_cursor(json!({"tools": page}), next))
             }
             "tools/call" => self.call_tool(ctx, params).await,
             "prompts/list" => {
-                let defs: Vec<Value> = self.inner.registry.read().unwrap().prompts.iter().map(PromptDef::definition).collect();
+                let defs: Vec<Value> = self.inner.registry.read().unwrap().prompts.iter().map(|p| p.definition()).collect();
                 let (page, next) = paginate(&defs, cursor.as_deref(), page_size)?;
                 Ok(with_cursor(json!({"prompts": page}), next))
             }
@@ -393,7 +417,11 @@ impl Server {
                 let name = required_str(&params, "name")?;
                 let prompt = self.inner.registry.read().unwrap().prompts.iter().find(|p| p.name == name).cloned();
                 let prompt = prompt.ok_or_else(|| ErrorObject::invalid_params(format!("unknown prompt: {name}")))?;
-                let args = params.get("arguments").and_then(Value::as_object).cloned().unwrap_or_default();
+                let args = match params.get_mut("arguments").map(Value::take) {
+                    Some(Value::Object(args)) => args,
+                    _ => Map::new(),
+                };
+                drop(params);
                 let result = prompt.get(ctx, args).await.map_err(handler_error)?;
                 Ok(serde_json::to_value(result).expect("results serialize"))
             }
@@ -407,7 +435,7 @@ impl Server {
                     .resources
                     .iter()
                     .filter(|r| r.is_template == templates)
-                    .map(ResourceDef::definition)
+                    .map(|r| r.definition())
                     .collect();
                 let (page, next) = paginate(&defs, cursor.as_deref(), page_size)?;
                 let key = if templates { "resourceTemplates" } else { "resources" };
@@ -419,6 +447,7 @@ impl Server {
                 let Some((resource, vars)) = found else {
                     return Err(ErrorObject::new(RESOURCE_NOT_FOUND, format!("resource not found: {uri}")).with_data(json!({"uri": uri})));
                 };
+                drop(params);
                 let contents = resource.read(ctx, uri, vars).await.map_err(handler_error)?;
                 Ok(json!({"contents": contents}))
             }
@@ -427,7 +456,7 @@ impl Server {
                 // Kept in the session record, so the replica holding the stream knows.
                 self.inner
                     .sessions
-                    .set_subscription(&ctx.session.id, uri, method == "resources/subscribe")
+                    .set_subscription(&ctx.session().id, uri, method == "resources/subscribe")
                     .await
                     .map_err(|e| ErrorObject::internal(e.to_string()))?;
                 Ok(json!({}))
@@ -436,23 +465,25 @@ impl Server {
             "logging/setLevel" => {
                 let level: LogLevel = serde_json::from_value(params.get("level").cloned().unwrap_or(Value::Null))
                     .map_err(|e| ErrorObject::invalid_params(format!("invalid level: {e}")))?;
-                *self.local(&ctx.session.id).log_level.lock().unwrap() = Some(level);
-                self.inner.sessions.set_log_level(&ctx.session.id, level).await.map_err(|e| ErrorObject::internal(e.to_string()))?;
+                *self.local(&ctx.session().id).log_level.lock().unwrap() = Some(level);
+                self.inner.sessions.set_log_level(&ctx.session().id, level).await.map_err(|e| ErrorObject::internal(e.to_string()))?;
                 Ok(json!({}))
             }
             other => Err(ErrorObject::method_not_found(other)),
         }
     }
 
-    async fn call_tool(&self, ctx: RequestContext, params: Value) -> Result<Value, ErrorObject> {
+    async fn call_tool(&self, ctx: RequestContext, mut params: Value) -> Result<Value, ErrorObject> {
         let name = required_str(&params, "name")?;
         let tool = self.inner.registry.read().unwrap().tools.iter().find(|t| t.name == name).cloned();
         let tool = tool.ok_or_else(|| ErrorObject::invalid_params(format!("Unknown tool: {name}")))?;
-        let arguments = match params.get("arguments") {
+        let arguments = match params.get_mut("arguments").map(Value::take) {
             None | Some(Value::Null) => json!({}),
-            Some(args @ Value::Object(_)) => args.clone(),
+            Some(args @ Value::Object(_)) => args,
             Some(_) => return Err(ErrorObject::invalid_params("arguments must be an object")),
         };
+        // Only the arguments go on (see `dispatch`).
+        drop(params);
         let result = match tool.call(ctx, arguments).await {
             Ok(result) => result,
             Err(ToolError { rpc: Some(error), .. }) => return Err(error),
@@ -539,7 +570,7 @@ impl Server {
         {
             let mut registry = self.inner.registry.write().unwrap();
             registry.tools.retain(|t| t.name != tool.name);
-            registry.tools.push(tool);
+            registry.tools.push(Arc::new(tool));
         }
         self.notify_all("notifications/tools/list_changed");
     }

@@ -1,9 +1,9 @@
 //! Streamable HTTP transport: one endpoint, POST/GET/DELETE, JSON or SSE chosen lazily.
 
-use super::sse::{EventLog, RelayError, StreamRegistry, StreamRelay, pump};
+use super::sse::{EventLog, RelayError, StreamRegistry, StreamRelay, StreamSink};
 use crate::protocol::jsonrpc::{self, ErrorObject, Message};
 use crate::protocol::types::is_supported_version;
-use crate::server::{Outgoing, Server, SessionLookupError};
+use crate::server::{Outbound, Outgoing, Server, SessionLookupError};
 use crate::session::{SessionId, SessionRecord};
 use axum::Router;
 use axum::body::Bytes;
@@ -231,7 +231,10 @@ async fn post(State(state): State<Shared>, headers: HeaderMap, body: Result<Byte
             let (tx, mut rx) = mpsc::unbounded_channel();
             let priming = primes(&session);
             let session_id = session.id.clone();
-            state.server.spawn_request(session, id, method, params, tx);
+            let sink = Arc::new(StreamSink::undecided(tx));
+            // Held weakly, so `rx` ends when the request drops its outbound.
+            let undecided = Arc::downgrade(&sink);
+            state.server.spawn_request(session, id, method, params, Outbound::from(sink));
             // Answer with plain JSON when the handler's first output is its result; anything
             // it emits before that upgrades the response to an SSE stream.
             let first = rx.recv().await;
@@ -244,10 +247,15 @@ async fn post(State(state): State<Shared>, headers: HeaderMap, body: Result<Byte
             // The reader attaches before the first output is applied, so a disconnect request
             // (SSE polling) ends this response after what came before it.
             let response = sse_response(&state, &log, 0);
-            if let Some(first) = first {
-                log.apply(first);
+            let queued = first.into_iter().chain(std::iter::from_fn(|| rx.try_recv().ok()));
+            match undecided.upgrade() {
+                Some(sink) => sink.stream_into(log, queued),
+                // The request is over and all it sent is queued.
+                None => {
+                    queued.for_each(|outgoing| log.apply(outgoing));
+                    log.close();
+                }
             }
-            pump(log.clone(), rx);
             response
         }
     }
@@ -306,9 +314,7 @@ async fn get(State(state): State<Shared>, headers: HeaderMap) -> Response {
     }
     let (log, created) = state.streams.standalone(&session.id, primes(&session));
     if created {
-        let (tx, rx) = mpsc::unbounded_channel();
-        state.server.attach_notifier(&session.id, tx);
-        pump(log.clone(), rx);
+        state.server.attach_notifier(&session.id, Outbound::new(StreamSink::new(log.clone())));
     } else {
         // One live standalone reader per session, so no message goes out twice.
         log.disconnect_readers();

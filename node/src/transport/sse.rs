@@ -7,7 +7,7 @@
 //! goes on.
 
 use crate::protocol::jsonrpc::Message;
-use crate::server::Outgoing;
+use crate::server::{OutboundSink, Outgoing, StreamClosed};
 use crate::server::correlation::{IdSealer, SealedEvent};
 use crate::session::SessionId;
 use bytes::Bytes;
@@ -15,14 +15,15 @@ use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
-use tokio::sync::{mpsc, watch};
+use std::time::{Duration, Instant};
+use tokio::sync::{Notify, mpsc};
 
 struct LogState {
     /// `(seq, data)`; `None` data is the priming event.
     events: VecDeque<(u64, Option<String>)>,
     next_seq: u64,
-    closed: bool,
+    /// When the producer finished; the stream stays resumable for the registry's retention.
+    closed_at: Option<Instant>,
     /// Bumped to end the readers attached so far.
     reader_generation: u64,
     /// Readers of older generations stop before this sequence number.
@@ -37,7 +38,9 @@ pub struct EventLog {
     sealer: Arc<IdSealer>,
     capacity: usize,
     state: Mutex<LogState>,
-    changed: watch::Sender<()>,
+    /// Wakes the readers waiting for the log to change (lighter than a watch channel: one per
+    /// parked call).
+    changed: Notify,
 }
 
 impl EventLog {
@@ -46,8 +49,8 @@ impl EventLog {
         if priming {
             events.push_back((0, None));
         }
-        let state = LogState { events, next_seq: 1, closed: false, reader_generation: 0, disconnect_at: 0 };
-        Arc::new(EventLog { node, stream, session, sealer, capacity, state: Mutex::new(state), changed: watch::channel(()).0 })
+        let state = LogState { events, next_seq: 1, closed_at: None, reader_generation: 0, disconnect_at: 0 };
+        Arc::new(EventLog { node, stream, session, sealer, capacity, state: Mutex::new(state), changed: Notify::new() })
     }
 
     /// The sealed id of event `seq`: names this node as the owner, opens only in the session.
@@ -61,15 +64,18 @@ impl EventLog {
     }
 
     pub fn push(&self, message: &Message) {
+        // Kept for as long as the stream can be resumed: without spare capacity.
+        let mut data = message.to_json();
+        data.shrink_to_fit();
         let mut state = self.state.lock().unwrap();
         let seq = state.next_seq;
         state.next_seq += 1;
-        state.events.push_back((seq, Some(message.to_json())));
+        state.events.push_back((seq, Some(data)));
         if state.events.len() > self.capacity {
             state.events.pop_front();
         }
         drop(state);
-        self.changed.send_replace(());
+        self.changed.notify_waiters();
     }
 
     pub fn apply(&self, outgoing: Outgoing) {
@@ -81,12 +87,13 @@ impl EventLog {
 
     /// No more events will come; readers end after the last one.
     pub fn close(&self) {
-        self.state.lock().unwrap().closed = true;
-        self.changed.send_replace(());
+        self.state.lock().unwrap().closed_at.get_or_insert_with(Instant::now);
+        self.changed.notify_waiters();
     }
 
-    pub fn is_closed(&self) -> bool {
-        self.state.lock().unwrap().closed
+    /// Closed for longer than `retention`: no longer resumable.
+    fn expired(&self, now: Instant, retention: Duration) -> bool {
+        self.state.lock().unwrap().closed_at.is_some_and(|closed| now.duration_since(closed) >= retention)
     }
 
     /// End the HTTP responses reading this log once they have sent what is in it now; clients
@@ -96,18 +103,18 @@ impl EventLog {
         state.reader_generation += 1;
         state.disconnect_at = state.next_seq;
         drop(state);
-        self.changed.send_replace(());
+        self.changed.notify_waiters();
     }
 
     /// An SSE body over this log from sequence `from` on, as encoded bytes. The first event
     /// carries `retry`; idle periods get keep-alive comments.
     pub fn reader(self: &Arc<Self>, from: u64, retry: Duration, keep_alive: Duration) -> impl futures::Stream<Item = Result<Bytes, Infallible>> + use<> {
         let generation = self.state.lock().unwrap().reader_generation;
-        let rx = self.changed.subscribe();
-        let log = self.clone();
-        futures::stream::unfold((log, rx, from, true), move |(log, mut rx, mut cursor, first)| async move {
+        futures::stream::unfold((self.clone(), from, true), move |(log, mut cursor, first)| async move {
             loop {
-                rx.mark_unchanged();
+                // Registered before looking at the log, so a change right after the look wakes it.
+                let mut changed = std::pin::pin!(log.changed.notified());
+                changed.as_mut().enable();
                 {
                     let state = log.state.lock().unwrap();
                     let disconnected = state.reader_generation != generation;
@@ -117,16 +124,14 @@ impl EventLog {
                             let event = encode_event(&log.id(*seq), data.as_deref(), first.then_some(retry));
                             cursor = seq + 1;
                             drop(state);
-                            return Some((Ok(event), (log, rx, cursor, false)));
+                            return Some((Ok(event), (log.clone(), cursor, false)));
                         }
-                        _ if disconnected || state.closed => return None,
+                        _ if disconnected || state.closed_at.is_some() => return None,
                         _ => {}
                     }
                 }
-                match tokio::time::timeout(keep_alive, rx.changed()).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(_)) => return None,
-                    Err(_) => return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), (log, rx, cursor, first))),
+                if tokio::time::timeout(keep_alive, changed).await.is_err() {
+                    return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), (log.clone(), cursor, first)));
                 }
             }
         })
@@ -146,14 +151,58 @@ fn encode_event(id: &str, data: Option<&str>, retry: Option<Duration>) -> Bytes 
     Bytes::from(out)
 }
 
-/// Pump a request's outgoing messages into its log, closing it when the request is done.
-pub fn pump(log: Arc<EventLog>, mut rx: mpsc::UnboundedReceiver<Outgoing>) {
-    tokio::spawn(async move {
-        while let Some(outgoing) = rx.recv().await {
-            log.apply(outgoing);
+/// The [`Outbound`](crate::server::Outbound) of a stream: the producer writes into the log itself (no task or channel
+/// per stream, which a parked request would keep as long as it waits), and the log is closed
+/// once the producer drops its last handle.
+pub struct StreamSink {
+    state: Mutex<SinkState>,
+}
+
+enum SinkState {
+    /// A POST whose response is not decided yet: outputs queue in a channel the handler reads
+    /// (and, if it goes away, sends fail as the client's stream being closed).
+    Undecided(mpsc::UnboundedSender<Outgoing>),
+    Streaming(Arc<EventLog>),
+}
+
+impl StreamSink {
+    /// Writes straight into `log` (a standalone stream).
+    pub fn new(log: Arc<EventLog>) -> Self {
+        StreamSink { state: Mutex::new(SinkState::Streaming(log)) }
+    }
+
+    /// Queues into `queue` until [`StreamSink::stream_into`].
+    pub fn undecided(queue: mpsc::UnboundedSender<Outgoing>) -> Self {
+        StreamSink { state: Mutex::new(SinkState::Undecided(queue)) }
+    }
+
+    /// Write into `log` from now on, after `queued` (the outputs sent so far; drained under
+    /// the lock sends take, so none overtakes them).
+    pub fn stream_into(&self, log: Arc<EventLog>, queued: impl Iterator<Item = Outgoing>) {
+        let mut state = self.state.lock().unwrap();
+        queued.for_each(|outgoing| log.apply(outgoing));
+        *state = SinkState::Streaming(log);
+    }
+}
+
+impl OutboundSink for StreamSink {
+    fn send(&self, outgoing: Outgoing) -> Result<(), StreamClosed> {
+        match &*self.state.lock().unwrap() {
+            SinkState::Undecided(queue) => queue.send(outgoing).map_err(|_| StreamClosed),
+            SinkState::Streaming(log) => {
+                log.apply(outgoing);
+                Ok(())
+            }
         }
-        log.close();
-    });
+    }
+}
+
+impl Drop for StreamSink {
+    fn drop(&mut self) {
+        if let SinkState::Streaming(log) = &*self.state.get_mut().unwrap() {
+            log.close();
+        }
+    }
 }
 
 /// The streams of this node, for resumption.
@@ -182,24 +231,17 @@ impl StreamRegistry {
     }
 
     /// A new stream for the response to one request.
-    pub fn open(self: &Arc<Self>, session: &SessionId, priming: bool) -> Arc<EventLog> {
+    pub fn open(&self, session: &SessionId, priming: bool) -> Arc<EventLog> {
         let stream = self.next.fetch_add(1, Ordering::Relaxed);
         let log = EventLog::new(self.node, stream, session.clone(), self.sealer.clone(), self.capacity, priming);
-        self.streams.lock().unwrap().insert(stream, log.clone());
-        // Forget the stream once it is closed and its retention passed.
-        let (registry, watched) = (Arc::downgrade(self), log.clone());
-        tokio::spawn(async move {
-            let mut rx = watched.changed.subscribe();
-            while !watched.is_closed() {
-                if rx.changed().await.is_err() {
-                    break;
-                }
-            }
-            tokio::time::sleep(registry.upgrade().map(|r| r.retention).unwrap_or_default()).await;
-            if let Some(registry) = registry.upgrade() {
-                registry.streams.lock().unwrap().remove(&watched.stream);
-            }
-        });
+        let mut streams = self.streams.lock().unwrap();
+        // Streams whose retention passed are swept now and then, rather than each watched by a
+        // task of its own (one more task per parked call); `find` already ignores them.
+        if streams.len() % 256 == 255 {
+            let now = Instant::now();
+            streams.retain(|_, log| !log.expired(now, self.retention));
+        }
+        streams.insert(stream, log.clone());
         log
     }
 
@@ -218,7 +260,8 @@ impl StreamRegistry {
 
     /// A stream of this node, if it still has it.
     pub fn find(&self, stream: u64) -> Option<Arc<EventLog>> {
-        self.streams.lock().unwrap().get(&stream).cloned()
+        let log = self.streams.lock().unwrap().get(&stream).cloned()?;
+        (!log.expired(Instant::now(), self.retention)).then_some(log)
     }
 
     /// Drop every stream of a terminated session.
@@ -259,5 +302,63 @@ impl StreamRegistry {
     pub fn reader_for(&self, session: &SessionId, stream: u64, from: u64, retry: Duration, keep_alive: Duration) -> Option<impl futures::Stream<Item = Result<Bytes, Infallible>> + use<>> {
         let log = self.find(stream).filter(|log| &log.session == session)?;
         Some(log.reader(from, retry, keep_alive))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn registry(retention: Duration) -> Arc<StreamRegistry> {
+        StreamRegistry::new(1, Arc::new(IdSealer::random()), retention, 16)
+    }
+
+    fn progress(n: u64) -> Message {
+        Message::notification("notifications/progress", json!({"progress": n}))
+    }
+
+    fn note(n: u64) -> Outgoing {
+        Outgoing::Message(Box::new(progress(n)))
+    }
+
+    fn logged(log: &EventLog) -> Vec<String> {
+        log.state.lock().unwrap().events.iter().filter_map(|(_, data)| data.clone()).collect()
+    }
+
+    #[test]
+    fn a_sink_keeps_order_across_the_switch_and_closes_the_log_when_dropped() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let sink = StreamSink::undecided(tx);
+        sink.send(note(1)).unwrap();
+        sink.send(note(2)).unwrap();
+        let log = registry(Duration::from_secs(60)).open(&SessionId("s".into()), false);
+        sink.stream_into(log.clone(), std::iter::from_fn(|| rx.try_recv().ok()));
+        sink.send(note(3)).unwrap();
+        assert_eq!(logged(&log), (1..=3).map(|n| progress(n).to_json()).collect::<Vec<_>>());
+        assert!(log.state.lock().unwrap().closed_at.is_none());
+        drop(sink);
+        assert!(log.state.lock().unwrap().closed_at.is_some());
+    }
+
+    #[test]
+    fn an_undecided_sink_fails_once_its_handler_is_gone() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let sink = StreamSink::undecided(tx);
+        drop(rx);
+        assert_eq!(sink.send(note(1)), Err(StreamClosed));
+    }
+
+    #[test]
+    fn closed_streams_stay_resumable_for_the_retention_only() {
+        let session = SessionId("s".into());
+        let (kept, gone) = (registry(Duration::from_secs(60)), registry(Duration::ZERO));
+        for registry in [&kept, &gone] {
+            let log = registry.open(&session, false);
+            assert!(registry.find(log.stream).is_some(), "an open stream is always found");
+            log.close();
+        }
+        assert!(kept.find(1).is_some());
+        assert!(gone.find(1).is_none());
     }
 }

@@ -1,14 +1,15 @@
 //! stdio transport: newline-delimited JSON-RPC on stdin/stdout. Logs go to stderr only.
 
 use crate::protocol::jsonrpc::{self, ErrorObject, INVALID_REQUEST, Message};
-use crate::server::{Outgoing, Server};
+use crate::server::{Outbound, Outgoing, Server};
 use crate::session::SessionRecord;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 /// Serve one client until `input` ends. The single session lives as long as the process.
 pub async fn run(server: Server, input: impl AsyncBufRead + Unpin, mut output: impl AsyncWrite + Unpin + Send + 'static) -> std::io::Result<()> {
-    let (out, mut rx) = mpsc::unbounded_channel::<Outgoing>();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Outgoing>();
+    let out = Outbound::new(tx);
     let writer = tokio::spawn(async move {
         while let Some(outgoing) = rx.recv().await {
             if let Outgoing::Message(message) = outgoing {
@@ -20,7 +21,9 @@ pub async fn run(server: Server, input: impl AsyncBufRead + Unpin, mut output: i
         }
         Ok::<_, std::io::Error>(())
     });
-    let send = |message: Message| drop(out.send(Outgoing::Message(Box::new(message))));
+    let send = |message: Message| {
+        let _ = out.send(Outgoing::Message(Box::new(message)));
+    };
     let mut session: Option<SessionRecord> = None;
     let mut lines = input.lines();
     while let Some(line) = lines.next_line().await? {
