@@ -9,7 +9,7 @@ use super::network::{MIN_RPC_TIMEOUT, PeerClient, PeerError};
 use super::node::RaftNode;
 use super::peer_stream::{Reader, Writer, framed, send};
 use super::types::{TypeConfig, decode};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use openraft::errors::{Fatal, NetworkError, RPCError, Unreachable};
@@ -96,8 +96,17 @@ pub struct Pool {
 }
 
 impl Pool {
+    /// An idle connection that is still open. One the follower closed meanwhile (it restarted)
+    /// has its end of stream waiting to be read: it is dropped rather than failing a session.
     fn take(&self, addr: &str) -> Option<(Reader<Upgraded>, Writer<Upgraded>)> {
-        self.idle.lock().unwrap().get_mut(addr)?.pop()
+        let mut idle = self.idle.lock().unwrap();
+        let slot = idle.get_mut(addr)?;
+        while let Some((mut reader, writer)) = slot.pop() {
+            if reader.next().now_or_never().is_none() {
+                return Some((reader, writer));
+            }
+        }
+        None
     }
 
     fn put(&self, addr: &str, connection: (Reader<Upgraded>, Writer<Upgraded>)) {
