@@ -1,7 +1,7 @@
 //! Pipelined log replication: openraft's `stream_append` over a long-lived connection per
 //! follower ([`super::peer_stream`]), so the leader sends the next batch (or a new commit index)
-//! without waiting for the previous answer. openraft opens a stream per replication session and per heartbeat, so a connection
-//! carries sessions one after another: the leader ends each with `End`, the follower answers
+//! without waiting for the previous answer. openraft opens a stream per replication session and
+//! per heartbeat, so a connection carries sessions one after another: the leader ends each with `End`, the follower answers
 //! `End` after the session's last result, and the connection goes back to a pool. Results come
 //! back in request order; the follower answers each once its log is flushed.
 
@@ -48,12 +48,22 @@ pub async fn serve(node: Arc<RaftNode>, io: impl AsyncRead + AsyncWrite + Send +
         let mut requests = Some(requests);
         let mut results = std::pin::pin!(node.raft.stream_append(tokio_stream_of(input)));
         let mut results_open = true;
+        // A request Raft has no room for yet. Reading stops until it is taken, but results keep
+        // flowing out meanwhile: waiting for room while not writing results could stall both.
+        let mut held: Option<AppendEntriesRequest<TypeConfig>> = None;
         // Feed requests in and results out until the leader ended the session and every
         // result is out. After a conflict or a higher vote openraft ends the results early;
         // the rest of the session's requests are read and dropped.
         while requests.is_some() || results_open {
+            let room_for_held = held.is_some().then(|| requests.clone()).flatten();
             tokio::select! {
-                frame = reader.next(), if requests.is_some() => {
+                room = async move { room_for_held?.reserve_owned().await.ok() }, if held.is_some() => {
+                    let request = held.take().expect("held");
+                    if let Some(room) = room {
+                        room.send(request);
+                    }
+                }
+                frame = reader.next(), if requests.is_some() && held.is_none() => {
                     let frame = match frame.map(|f| f.map(|bytes| decode::<ToFollower>(&bytes))) {
                         Some(Ok(Ok(frame))) => frame,
                         Some(Ok(Err(e))) => return tracing::warn!(error = %e, "malformed replication frame; closing the stream"),
@@ -61,9 +71,11 @@ pub async fn serve(node: Arc<RaftNode>, io: impl AsyncRead + AsyncWrite + Send +
                         None => return, // the leader closed the connection
                     };
                     match frame {
-                        ToFollower::Append(request) => {
-                            let _ = requests.as_ref().expect("open").send(request).await;
-                        }
+                        ToFollower::Append(request) => match requests.as_ref().expect("open").try_send(request) {
+                            Err(tokio::sync::mpsc::error::TrySendError::Full(request)) => held = Some(request),
+                            // Ok, or Raft ended this session's results early: dropped.
+                            _ => {}
+                        },
                         ToFollower::End => requests = None,
                     }
                 }
