@@ -22,6 +22,11 @@ struct Kind {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Protocol {
+    protocol: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Reason {
     reason: &'static str,
 }
@@ -33,6 +38,7 @@ pub struct Metrics {
     orphans: Family<Reason, Counter>,
     sessions: Gauge,
     peer_refused: Family<Reason, Counter>,
+    peer_streams_accepted: Family<Protocol, Counter>,
     raft_term: Gauge,
     raft_leader: Gauge,
     raft_committed: Gauge,
@@ -61,6 +67,12 @@ impl Metrics {
         registry.register("sessions_local", "Sessions with state on this node", sessions.clone());
         let peer_refused = Family::<Reason, Counter>::default();
         registry.register("peer_requests_refused", "Peer requests refused, by reason", peer_refused.clone());
+        let peer_streams_accepted = Family::<Protocol, Counter>::default();
+        registry.register(
+            "peer_streams_accepted",
+            "Long-lived peer connections (replication, forwarded writes) accepted, by protocol; steady when healthy",
+            peer_streams_accepted.clone(),
+        );
         let [raft_term, raft_leader, raft_committed, raft_applied, mailboxes_pending] = std::array::from_fn(|_| Gauge::default());
         registry.register("raft_term", "Current Raft term", raft_term.clone());
         registry.register("raft_leader", "Id of the Raft leader as this node sees it (-1: none)", raft_leader.clone());
@@ -76,6 +88,7 @@ impl Metrics {
             orphans,
             sessions,
             peer_refused,
+            peer_streams_accepted,
             raft_term,
             raft_leader,
             raft_committed,
@@ -111,6 +124,14 @@ impl Metrics {
 
     pub fn peer_refused_count(&self, reason: &'static str) -> u64 {
         self.peer_refused.get_or_create(&Reason { reason }).get()
+    }
+
+    pub fn peer_stream_accepted(&self, protocol: &'static str) {
+        self.peer_streams_accepted.get_or_create(&Protocol { protocol }).inc();
+    }
+
+    pub fn peer_streams_accepted_count(&self, protocol: &'static str) -> u64 {
+        self.peer_streams_accepted.get_or_create(&Protocol { protocol }).get()
     }
 
     /// Publish a Raft member's view.

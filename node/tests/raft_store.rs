@@ -156,6 +156,19 @@ async fn peer_requests_without_the_secret_are_refused_and_change_nothing() {
     cluster.stop_all().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_cluster_keeps_its_replication_connections() {
+    let mut cluster = TestCluster::start_direct(3, |_| {}).await;
+    cluster.mailbox(0).create(&MailboxKey::random(), 0, Duration::from_secs(30)).await.unwrap();
+    let accepted = |c: &TestCluster| (0..3).map(|i| c.metrics[i].peer_streams_accepted_count("switchboard-raft-append")).sum::<u64>();
+    let before = accepted(&cluster);
+    assert!(before >= 2, "one replication connection per follower at least: {before}");
+    // Longer than the wait for an answer on a busy connection: idleness is not silence.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(accepted(&cluster), before, "connections were re-opened while idle");
+    cluster.stop_all().await;
+}
+
 /// Upgrade a raw connection to a peer stream, send a frame that is not MessagePack, and return
 /// how many bytes the node answers before closing.
 async fn malformed_stream_frame(addr: std::net::SocketAddr, path: &str, protocol: &str) -> usize {

@@ -16,6 +16,7 @@ use openraft::errors::{Fatal, NetworkError, RPCError, Unreachable};
 use openraft::raft::{AppendEntriesRequest, StreamAppendResult};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
@@ -156,19 +157,28 @@ where
                 framed(io)
             }
         };
-        let sender = AbortOnDrop(Some(tokio::spawn(send_requests(requests, writer))));
-        let session = Session { reader, sender, pool: pool.clone(), addr: addr.to_string() };
+        // Frames sent whose answer (a result, or `End` for `End`) has not come back.
+        let unanswered = Arc::new(AtomicUsize::new(0));
+        let sender = AbortOnDrop(Some(tokio::spawn(send_requests(requests, writer, unanswered.clone()))));
+        let session = Session { reader, sender, unanswered, pool: pool.clone(), addr: addr.to_string() };
         let results = futures::stream::unfold(Some(session), |session| async move {
             let mut session = session?;
             let failed = |reason: String| RPCError::Network(NetworkError::new(&PeerError::Unreachable { addr: session.addr.clone(), reason }));
-            let frame = match tokio::time::timeout(MIN_RPC_TIMEOUT, session.reader.next()).await {
-                Err(_) => Err(format!("no append result within {MIN_RPC_TIMEOUT:?}")),
-                Ok(None) => Err("the follower closed the replication stream".to_string()),
-                Ok(Some(Err(e))) => Err(e.to_string()),
-                Ok(Some(Ok(bytes))) => decode::<ToLeader>(&bytes).map_err(|e| format!("undecodable append result: {e}")),
+            let frame = loop {
+                match tokio::time::timeout(MIN_RPC_TIMEOUT, session.reader.next()).await {
+                    // An idle session (openraft waits for new entries) is not a silent follower.
+                    Err(_) if session.unanswered.load(Ordering::Acquire) == 0 => continue,
+                    Err(_) => break Err(format!("no append result within {MIN_RPC_TIMEOUT:?}")),
+                    Ok(None) => break Err("the follower closed the replication stream".to_string()),
+                    Ok(Some(Err(e))) => break Err(e.to_string()),
+                    Ok(Some(Ok(bytes))) => break decode::<ToLeader>(&bytes).map_err(|e| format!("undecodable append result: {e}")),
+                }
             };
             match frame {
-                Ok(ToLeader::Result(Ok(result))) => Some((Ok(result), Some(session))),
+                Ok(ToLeader::Result(Ok(result))) => {
+                    session.unanswered.fetch_sub(1, Ordering::AcqRel);
+                    Some((Ok(result), Some(session)))
+                }
                 // The follower's Raft stopped: as good as unreachable.
                 Ok(ToLeader::Result(Err(fatal))) => Some((Err(RPCError::Unreachable(Unreachable::new(&fatal))), None)),
                 Ok(ToLeader::End) => {
@@ -185,6 +195,7 @@ where
 struct Session {
     reader: Reader<Upgraded>,
     sender: AbortOnDrop,
+    unanswered: Arc<AtomicUsize>,
     pool: Pool,
     addr: String,
 }
@@ -201,16 +212,18 @@ impl Session {
 }
 
 /// Write the session's requests, then `End`; hands the writer back for reuse.
-async fn send_requests<S>(mut requests: S, mut writer: Writer<Upgraded>) -> Option<Writer<Upgraded>>
+async fn send_requests<S>(mut requests: S, mut writer: Writer<Upgraded>, unanswered: Arc<AtomicUsize>) -> Option<Writer<Upgraded>>
 where
     S: futures::Stream<Item = AppendEntriesRequest<TypeConfig>> + Unpin,
 {
     while let Some(request) = requests.next().await {
+        unanswered.fetch_add(1, Ordering::AcqRel);
         if let Err(e) = send(&mut writer, &ToFollower::Append(request)).await {
             tracing::debug!(error = %e, "replication stream write failed");
             let _ = writer.get_mut().shutdown().await;
             return None;
         }
     }
+    unanswered.fetch_add(1, Ordering::AcqRel);
     send(&mut writer, &ToFollower::End).await.ok().map(|_| writer)
 }

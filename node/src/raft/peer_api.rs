@@ -98,7 +98,7 @@ async fn append(State(s): State<PeerState>, bytes: Bytes) -> Response {
 
 /// Switch to a pipelined replication stream (see [`super::append_stream`]).
 async fn append_stream(State(s): State<PeerState>, request: Request) -> Response {
-    super::peer_stream::accept(&s.node, request, super::append_stream::PROTOCOL, super::append_stream::serve)
+    super::peer_stream::accept(&s.node, &s.metrics, request, super::append_stream::PROTOCOL, super::append_stream::serve)
 }
 
 async fn vote(State(s): State<PeerState>, bytes: Bytes) -> Response {
@@ -127,7 +127,7 @@ async fn snapshot(State(s): State<PeerState>, bytes: Bytes) -> Response {
 
 /// Switch to a stream of forwarded writes (see [`super::forwarder`]).
 async fn write_stream(State(s): State<PeerState>, request: Request) -> Response {
-    super::peer_stream::accept(&s.node, request, super::forwarder::PROTOCOL, super::forwarder::serve)
+    super::peer_stream::accept(&s.node, &s.metrics, request, super::forwarder::PROTOCOL, super::forwarder::serve)
 }
 
 async fn read_index(State(s): State<PeerState>) -> Response {

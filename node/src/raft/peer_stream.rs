@@ -5,6 +5,7 @@
 
 use super::node::RaftNode;
 use super::types::encode;
+use crate::metrics::Metrics;
 use axum::extract::Request;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -41,7 +42,7 @@ pub async fn send<IO: AsyncWrite>(writer: &mut Writer<IO>, frame: &impl Serializ
 
 /// Answer an upgrade request for `protocol` (101) and run `serve` on the connection once it is
 /// switched; the task is tracked by the node, so a stopped member's streams end with it.
-pub fn accept<F, Fut>(node: &Arc<RaftNode>, mut request: Request, protocol: &'static str, serve: F) -> Response
+pub fn accept<F, Fut>(node: &Arc<RaftNode>, metrics: &Metrics, mut request: Request, protocol: &'static str, serve: F) -> Response
 where
     F: FnOnce(Arc<RaftNode>, Accepted) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
@@ -51,6 +52,7 @@ where
         return (StatusCode::BAD_REQUEST, format!("expected `Upgrade: {protocol}`")).into_response();
     }
     let upgrade = hyper::upgrade::on(&mut request);
+    metrics.peer_stream_accepted(protocol);
     let served = node.clone();
     node.track(tokio::spawn(async move {
         match upgrade.await {
