@@ -12,7 +12,7 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 /// The `Upgrade` protocol name on the peer port.
@@ -41,8 +41,9 @@ struct Pending {
     reply: ReplyTo,
 }
 
-/// A frame sent and not answered yet: who waits for each write, and its in-flight slot.
-type Unanswered = (Vec<ReplyTo>, Option<OwnedSemaphorePermit>);
+/// A frame sent and not answered yet: who waits for each write, its in-flight slot, and when
+/// it went out.
+type Unanswered = (Vec<ReplyTo>, Option<OwnedSemaphorePermit>, Instant);
 
 /// Frames sent on a stream and not answered yet; `None` once the stream is gone, so nothing
 /// is registered on a dead stream after its waiters were failed.
@@ -66,7 +67,7 @@ impl Drop for Link {
     fn drop(&mut self) {
         self.reader.abort();
         if let Some(waiting) = self.waiting.lock().unwrap().take() {
-            for (_, (replies, _)) in waiting {
+            for (_, (replies, ..)) in waiting {
                 fail(replies, &self.addr, "write stream closed");
             }
         }
@@ -74,17 +75,17 @@ impl Drop for Link {
 }
 
 impl Link {
-    async fn open(client: &PeerClient, addr: &str) -> Result<Link, PeerError> {
+    async fn open(client: &PeerClient, addr: &str, answer_within: Duration) -> Result<Link, PeerError> {
         let (reader, writer) = framed(client.upgrade(addr, super::network::WRITE_STREAM, PROTOCOL).await?);
         let waiting: Waiting = Arc::new(Mutex::new(Some(HashMap::new())));
-        let reader = tokio::spawn(read_replies(reader, waiting.clone(), addr.to_string()));
+        let reader = tokio::spawn(read_replies(reader, waiting.clone(), addr.to_string(), answer_within));
         Ok(Link { addr: addr.to_string(), writer, waiting, reader })
     }
 
     /// Register the batch's waiters and send it; on failure they have been answered with the error.
     async fn send(&mut self, id: u64, writes: Vec<ForwardedWrite>, replies: Vec<ReplyTo>, slot: Option<OwnedSemaphorePermit>) -> Result<(), ()> {
         match self.waiting.lock().unwrap().as_mut() {
-            Some(waiting) => waiting.insert(id, (replies, slot)),
+            Some(waiting) => waiting.insert(id, (replies, slot, Instant::now())),
             None => {
                 fail(replies, &self.addr, "write stream closed");
                 return Err(());
@@ -97,9 +98,22 @@ impl Link {
     }
 }
 
-async fn read_replies(mut reader: Reader<reqwest::Upgraded>, waiting: Waiting, addr: String) {
+/// Hand each answer to its writers. A frame unanswered for `answer_within` ends the stream
+/// (failing its writers, who retry): a leader that vanished without closing the connection, or
+/// lost its quorum, must not hold the in-flight slots.
+async fn read_replies(mut reader: Reader<reqwest::Upgraded>, waiting: Waiting, addr: String, answer_within: Duration) {
     let reason = loop {
-        let replies = match reader.next().await {
+        let next = match tokio::time::timeout(answer_within / 4, reader.next()).await {
+            Ok(next) => next,
+            Err(_) => {
+                let oldest = waiting.lock().unwrap().as_ref().and_then(|w| w.values().map(|(.., sent)| *sent).min());
+                if oldest.is_some_and(|sent| sent.elapsed() >= answer_within) {
+                    break format!("no answer from the leader within {answer_within:?}");
+                }
+                continue;
+            }
+        };
+        let replies = match next {
             Some(Ok(bytes)) => match decode::<Replies>(&bytes) {
                 Ok(replies) => replies,
                 Err(e) => break format!("undecodable write replies: {e}"),
@@ -107,7 +121,7 @@ async fn read_replies(mut reader: Reader<reqwest::Upgraded>, waiting: Waiting, a
             Some(Err(e)) => break e.to_string(),
             None => break "the leader closed the write stream".to_string(),
         };
-        let Some((senders, _slot)) = waiting.lock().unwrap().as_mut().and_then(|w| w.remove(&replies.id)) else { continue };
+        let Some((senders, ..)) = waiting.lock().unwrap().as_mut().and_then(|w| w.remove(&replies.id)) else { continue };
         if senders.len() != replies.replies.len() {
             let reason = format!("{} replies for {} writes", replies.replies.len(), senders.len());
             fail(senders, &addr, &reason);
@@ -118,7 +132,7 @@ async fn read_replies(mut reader: Reader<reqwest::Upgraded>, waiting: Waiting, a
         }
     };
     if let Some(waiting) = waiting.lock().unwrap().take() {
-        for (_, (senders, _)) in waiting {
+        for (_, (senders, ..)) in waiting {
             fail(senders, &addr, &reason);
         }
     }
@@ -130,8 +144,9 @@ pub struct Forwarder {
 }
 
 impl Forwarder {
-    /// Start the batching task; it ends when the last `Forwarder` clone is dropped.
-    pub fn start(client: PeerClient) -> Forwarder {
+    /// Start the batching task; it ends when the last `Forwarder` clone is dropped. A leader
+    /// must answer a frame within `answer_within`.
+    pub fn start(client: PeerClient, answer_within: Duration) -> Forwarder {
         let (tx, mut rx) = mpsc::unbounded_channel::<Pending>();
         tokio::spawn(async move {
             let mut links: HashMap<String, Link> = HashMap::new();
@@ -143,6 +158,9 @@ impl Forwarder {
                 let mut slot = Some(slot);
                 let mut by_leader: HashMap<String, (Vec<ForwardedWrite>, Vec<ReplyTo>)> = HashMap::new();
                 for p in std::iter::once(first).chain(std::iter::from_fn(|| rx.try_recv().ok()).take(MAX_BATCH - 1)) {
+                    if p.reply.is_closed() {
+                        continue; // its caller gave up: it must not commit after being reported failed
+                    }
                     let (writes, replies) = by_leader.entry(p.addr).or_default();
                     writes.push(p.write);
                     replies.push(p.reply);
@@ -153,7 +171,7 @@ impl Forwarder {
                     }
                     let link = match links.entry(addr.clone()) {
                         std::collections::hash_map::Entry::Occupied(link) => link.into_mut(),
-                        std::collections::hash_map::Entry::Vacant(slot) => match Link::open(&client, &addr).await {
+                        std::collections::hash_map::Entry::Vacant(slot) => match Link::open(&client, &addr, answer_within).await {
                             Ok(link) => slot.insert(link),
                             Err(e) => {
                                 fail(replies, &addr, &e.to_string());

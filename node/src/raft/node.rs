@@ -182,7 +182,7 @@ impl RaftNode {
             id: config.node_id,
             raft,
             sm,
-            forwarder: Forwarder::start(client.clone()),
+            forwarder: Forwarder::start(client.clone(), config.write_timeout),
             client,
             // Random start: a restarted node must not reuse serials still in the dedup window.
             serial: AtomicU64::new(rand::random::<u64>() >> 1),
