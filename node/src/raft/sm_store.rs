@@ -28,6 +28,9 @@ struct Inner {
 #[derive(Clone)]
 pub struct StateMachineStore {
     inner: Arc<Mutex<Inner>>,
+    /// The log id of the snapshot on disk; held while one is written. openraft may build a
+    /// snapshot while installing another: the older must not land over the newer.
+    on_disk: Arc<Mutex<Option<LogId>>>,
     /// The last applied log index, for waiting on local application without polling.
     applied: Arc<watch::Sender<u64>>,
     dir: PathBuf,
@@ -80,7 +83,8 @@ impl StateMachineStore {
             Err(e) => return Err(e),
         }
         let applied = Arc::new(watch::channel(inner.last_applied.map(|id| id.index).unwrap_or(0)).0);
-        Ok(StateMachineStore { inner: Arc::new(Mutex::new(inner)), applied, dir: dir.to_path_buf() })
+        let on_disk = Arc::new(Mutex::new(inner.current_snapshot.as_ref().and_then(|(meta, _)| meta.last_log_id)));
+        Ok(StateMachineStore { inner: Arc::new(Mutex::new(inner)), on_disk, applied, dir: dir.to_path_buf() })
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -125,13 +129,26 @@ impl StateMachineStore {
     }
 
     fn write_snapshot_file(&self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
+        let mut on_disk = self.on_disk.lock().unwrap();
+        if on_disk.is_some() && meta.last_log_id <= *on_disk {
+            return Ok(()); // a newer snapshot is already there
+        }
         // Write beside, fsync, rename over: a crash leaves the old or the new snapshot, never half.
         let tmp = self.dir.join(format!("{SNAPSHOT_FILE}.tmp"));
         let mut file = std::fs::File::create(&tmp)?;
         file.write_all(&encode(&SnapshotBlob { vote: None, meta: meta.clone(), data: data.into() }))?;
         file.sync_all()?;
         std::fs::rename(&tmp, self.dir.join(SNAPSHOT_FILE))?;
-        std::fs::File::open(&self.dir)?.sync_all()
+        std::fs::File::open(&self.dir)?.sync_all()?;
+        *on_disk = meta.last_log_id;
+        Ok(())
+    }
+
+    /// Remember `snapshot` as the current one unless a newer one is already current.
+    fn keep_newest(inner: &mut Inner, meta: &SnapshotMeta, snapshot: &[u8]) {
+        if !inner.current_snapshot.as_ref().is_some_and(|(current, _)| current.last_log_id > meta.last_log_id) {
+            inner.current_snapshot = Some((meta.clone(), snapshot.to_vec()));
+        }
     }
 }
 
@@ -148,7 +165,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
         let m = meta.clone();
         // The state can be large: the file is written from this buffer, which comes back.
         let data = tokio::task::spawn_blocking(move || this.write_snapshot_file(&m, &data).map(|_| data)).await.map_err(io_error)??;
-        self.lock().current_snapshot = Some((meta.clone(), data.clone()));
+        Self::keep_newest(&mut self.lock(), &meta, &data);
         Ok(Snapshot { meta, snapshot: data })
     }
 }
@@ -209,7 +226,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         inner.sm = sm;
         inner.last_applied = meta.last_log_id;
         inner.last_membership = meta.last_membership.clone();
-        inner.current_snapshot = Some((meta.clone(), snapshot));
+        Self::keep_newest(&mut inner, meta, &snapshot);
         self.applied.send_replace(meta.last_log_id.map(|id| id.index).unwrap_or(0));
         // Waiters whose mailbox arrived settled in the snapshot wake now.
         let keys: Vec<MailboxKey> = inner.waiters.keys().cloned().collect();
@@ -229,5 +246,30 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
 
     async fn get_current_snapshot(&mut self) -> io::Result<Option<Snapshot>> {
         Ok(self.lock().current_snapshot.clone().map(|(meta, snapshot)| Snapshot { meta, snapshot }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::testing::log_id;
+
+    fn meta(index: u64) -> SnapshotMeta {
+        SnapshotMeta { last_log_id: Some(log_id::<TypeConfig>(1, 0, index)), last_membership: StoredMembership::default() }
+    }
+
+    #[tokio::test]
+    async fn an_older_snapshot_never_lands_over_a_newer_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateMachineStore::open(dir.path()).unwrap();
+        let data = encode(&StateMachine::default());
+        // As when a build that started earlier finishes after an install.
+        store.write_snapshot_file(&meta(10), &data).unwrap();
+        store.write_snapshot_file(&meta(5), &data).unwrap();
+        StateMachineStore::keep_newest(&mut store.lock(), &meta(10), &data);
+        StateMachineStore::keep_newest(&mut store.lock(), &meta(5), &data);
+        assert_eq!(store.lock().current_snapshot.as_ref().unwrap().0, meta(10));
+        let mut reopened = StateMachineStore::open(dir.path()).unwrap();
+        assert_eq!(reopened.applied_state().await.unwrap().0, meta(10).last_log_id);
     }
 }
