@@ -42,6 +42,9 @@ struct Shared {
     unflushed: Mutex<BTreeMap<u64, Entry>>,
     /// The committed id `save_committed` was last given, until a write persists it.
     unsaved_committed: Mutex<Option<Option<LogId>>>,
+    /// Held by readers, and exclusively by a truncation or purge until its commit: between
+    /// dropping entries from memory and from disk, a reader would see a mix of both.
+    removing: tokio::sync::RwLock<()>,
 }
 
 /// Owns the writer thread: when the last store handle goes, the queue closes and the thread is
@@ -76,7 +79,7 @@ impl LogStore {
         txn.open_table(LOGS).map_err(io_error)?;
         txn.open_table(META).map_err(io_error)?;
         txn.commit().map_err(io_error)?;
-        let shared = Arc::new(Shared { db, unflushed: Mutex::default(), unsaved_committed: Mutex::default() });
+        let shared = Arc::new(Shared { db, unflushed: Mutex::default(), unsaved_committed: Mutex::default(), removing: Default::default() });
         let (queue, ops) = mpsc::channel();
         let thread = std::thread::Builder::new().name("raft-log-writer".into()).spawn({
             let shared = shared.clone();
@@ -181,6 +184,7 @@ fn bound(b: Bound<&u64>) -> Bound<u64> {
 impl RaftLogReader<TypeConfig> for LogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(&mut self, range: RB) -> io::Result<Vec<Entry>> {
         let range = (bound(range.start_bound()), bound(range.end_bound()));
+        let _not_removing = self.shared.removing.read().await;
         // Memory first: an entry the writer commits meanwhile is then found on disk.
         let mut entries: BTreeMap<u64, Entry> = self.shared.unflushed.lock().unwrap().range(range).map(|(i, e)| (*i, e.clone())).collect();
         let txn = self.shared.db.begin_read().map_err(io_error)?;
@@ -262,6 +266,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> io::Result<()> {
         let from = last_log_id.map(|id| id.index() + 1).unwrap_or(0);
+        let _removing = self.shared.removing.write().await;
         self.shared.unflushed.lock().unwrap().retain(|index, _| *index < from);
         self.write(move |txn| {
             txn.open_table(LOGS)?.retain_in(from.., |_, _| false)?;
@@ -272,6 +277,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn purge(&mut self, log_id: LogId) -> io::Result<()> {
         let upto = log_id.index();
+        let _removing = self.shared.removing.write().await;
         self.shared.unflushed.lock().unwrap().retain(|index, _| *index > upto);
         let bytes = encode(&log_id);
         self.write(move |txn| {
