@@ -92,13 +92,19 @@ pub fn clustered_router(server: Server, config: HttpConfig, streams: Arc<StreamR
         .with_state(state)
 }
 
-/// Serve `router` on `listener` with TCP_NODELAY (small SSE writes must not wait for ACKs).
+/// Serve `router` on `listener` with TCP_NODELAY (small SSE writes must not wait for ACKs) and
+/// keepalive probes (a peer or client that vanished without closing its long-lived connection
+/// is noticed within about half a minute, and its task ends).
 pub async fn serve(listener: tokio::net::TcpListener, router: Router, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
     use axum::serve::ListenerExt;
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
+    let listener = listener.tap_io(|tcp| tune(tcp));
     axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+}
+
+fn tune(tcp: &tokio::net::TcpStream) {
+    let keepalive = socket2::TcpKeepalive::new().with_time(Duration::from_secs(15)).with_interval(Duration::from_secs(5)).with_retries(3);
+    let _ = tcp.set_nodelay(true);
+    let _ = socket2::SockRef::from(tcp).set_tcp_keepalive(&keepalive);
 }
 
 /// An HTTP error with a JSON-RPC error body (id null), as the spec suggests.
@@ -338,6 +344,18 @@ async fn delete(State(state): State<Shared>, headers: HeaderMap) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn accepted_connections_get_nodelay_and_keepalive() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let _client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        tune(&accepted);
+        let socket = socket2::SockRef::from(&accepted);
+        assert!(accepted.nodelay().unwrap());
+        assert!(socket.keepalive().unwrap());
+        assert_eq!(socket.tcp_keepalive_time().unwrap(), Duration::from_secs(15));
+    }
 
     fn accept(v: &str) -> HeaderMap {
         let mut h = HeaderMap::new();
