@@ -6,6 +6,8 @@
 //! comparison; it is skipped otherwise). Prints figures; asserts nothing. The members talk to
 //! each other directly over loopback (no test proxies) with the node's default timing.
 
+// The test harness; the benchmark uses only part of it.
+#[allow(dead_code)]
 #[path = "../tests/common/cluster.rs"]
 mod cluster;
 

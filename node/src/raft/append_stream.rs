@@ -72,11 +72,12 @@ pub async fn serve(node: Arc<RaftNode>, io: impl AsyncRead + AsyncWrite + Send +
                         None => return, // the leader closed the connection
                     };
                     match frame {
-                        ToFollower::Append(request) => match requests.as_ref().expect("open").try_send(request) {
-                            Err(tokio::sync::mpsc::error::TrySendError::Full(request)) => held = Some(request),
-                            // Ok, or Raft ended this session's results early: dropped.
-                            _ => {}
-                        },
+                        ToFollower::Append(request) => {
+                            // Sent, or Raft ended this session's results early (dropped), or held.
+                            if let Err(tokio::sync::mpsc::error::TrySendError::Full(request)) = requests.as_ref().expect("open").try_send(request) {
+                                held = Some(request);
+                            }
+                        }
                         ToFollower::End => requests = None,
                     }
                 }
@@ -102,16 +103,18 @@ fn tokio_stream_of<T: Send + 'static>(mut rx: tokio::sync::mpsc::Receiver<T>) ->
 
 type Upgraded = reqwest::Upgraded;
 
+type Connection = (Reader<Upgraded>, Writer<Upgraded>);
+
 /// Idle replication connections by follower address.
 #[derive(Clone, Default)]
 pub struct Pool {
-    idle: Arc<Mutex<HashMap<String, Vec<(Reader<Upgraded>, Writer<Upgraded>)>>>>,
+    idle: Arc<Mutex<HashMap<String, Vec<Connection>>>>,
 }
 
 impl Pool {
     /// An idle connection that is still open. One the follower closed meanwhile (it restarted)
     /// has its end of stream waiting to be read: it is dropped rather than failing a session.
-    fn take(&self, addr: &str) -> Option<(Reader<Upgraded>, Writer<Upgraded>)> {
+    fn take(&self, addr: &str) -> Option<Connection> {
         let mut idle = self.idle.lock().unwrap();
         let slot = idle.get_mut(addr)?;
         while let Some((mut reader, writer)) = slot.pop() {
@@ -122,7 +125,7 @@ impl Pool {
         None
     }
 
-    fn put(&self, addr: &str, connection: (Reader<Upgraded>, Writer<Upgraded>)) {
+    fn put(&self, addr: &str, connection: Connection) {
         let mut idle = self.idle.lock().unwrap();
         let slot = idle.entry(addr.to_string()).or_default();
         if slot.len() < POOLED_PER_PEER {

@@ -242,7 +242,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_committed(&mut self) -> io::Result<Option<LogId>> {
-        if let Some(unsaved) = self.shared.unsaved_committed.lock().unwrap().clone() {
+        if let Some(unsaved) = *self.shared.unsaved_committed.lock().unwrap() {
             return Ok(unsaved);
         }
         Ok(self.read_meta::<Option<LogId>>(COMMITTED)?.flatten())

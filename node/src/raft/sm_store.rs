@@ -146,7 +146,7 @@ impl StateMachineStore {
 
     /// Remember `snapshot` as the current one unless a newer one is already current.
     fn keep_newest(inner: &mut Inner, meta: &SnapshotMeta, snapshot: &[u8]) {
-        if !inner.current_snapshot.as_ref().is_some_and(|(current, _)| current.last_log_id > meta.last_log_id) {
+        if inner.current_snapshot.as_ref().is_none_or(|(current, _)| current.last_log_id <= meta.last_log_id) {
             inner.current_snapshot = Some((meta.clone(), snapshot.to_vec()));
         }
     }

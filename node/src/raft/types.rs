@@ -56,7 +56,7 @@ mod blob {
     use serde::{Deserializer, Serializer, de};
     use std::borrow::Cow;
 
-    pub fn serialize<S: Serializer>(data: &Cow<'_, [u8]>, serializer: S) -> Result<S::Ok, S::Error> {
+    pub fn serialize<S: Serializer>(data: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_bytes(data)
     }
 
