@@ -4,7 +4,7 @@
 mod common;
 
 use common::cluster::TestCluster;
-use common::{RawClient, data, read_events};
+use common::{RawClient, countdown_broken_after, data, progress_values, read_events};
 use serde_json::json;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -98,12 +98,7 @@ async fn a_stream_broken_on_one_node_resumes_through_another() {
     let mut cluster = start().await;
     let mut client = RawClient::new(&cluster.urls[0]);
     client.initialize().await;
-    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {"name": "countdown", "arguments": {"steps": 6, "delay_ms": 60}, "_meta": {"progressToken": "t"}}});
-    let mut res = client.post(call.to_string()).send().await.unwrap();
-    let mut buffer = String::new();
-    let before = read_events(&mut res, 3, &mut buffer).await;
-    drop(res);
+    let before = countdown_broken_after(&client, 3).await;
     let last = before.last().unwrap().id.clone().unwrap();
 
     let mut resumed = on(&client, &cluster, 1).get().header("last-event-id", &last).send().await.unwrap();
@@ -112,8 +107,7 @@ async fn a_stream_broken_on_one_node_resumes_through_another() {
     let after = read_events(&mut resumed, usize::MAX, &mut String::new()).await;
     let mut all = data(&before);
     all.extend(data(&after));
-    let progress: Vec<f64> = all.iter().filter(|m| m["method"] == "notifications/progress").map(|m| m["params"]["progress"].as_f64().unwrap()).collect();
-    assert_eq!(progress, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], "no loss, no duplicates across nodes");
+    assert_eq!(progress_values(&all), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], "no loss, no duplicates across nodes");
     assert_eq!(all.last().unwrap()["id"], 1);
     cluster.raft.stop_all().await;
 }

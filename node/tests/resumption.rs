@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{RawClient, data, read_events, start_default};
+use common::{RawClient, countdown_broken_after, data, progress_values, read_events, start_default};
 use serde_json::json;
 use switchboard_node::server::correlation::SealedEvent;
 
@@ -11,13 +11,8 @@ async fn a_dropped_stream_resumes_without_loss_or_duplicates() {
     let srv = start_default().await;
     let mut client = RawClient::new(&srv.url);
     client.initialize().await;
-    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {"name": "countdown", "arguments": {"steps": 6, "delay_ms": 60}, "_meta": {"progressToken": "t"}}});
-    let mut res = client.post(call.to_string()).send().await.unwrap();
-    let mut buffer = String::new();
     // Priming event and two progress notifications, then the connection breaks.
-    let before = read_events(&mut res, 3, &mut buffer).await;
-    drop(res);
+    let before = countdown_broken_after(&client, 3).await;
     let last = before.last().unwrap().id.clone().unwrap();
 
     let mut resumed = client.get().header("last-event-id", &last).send().await.unwrap();
@@ -26,8 +21,7 @@ async fn a_dropped_stream_resumes_without_loss_or_duplicates() {
 
     let mut all = data(&before);
     all.extend(data(&after));
-    let progress: Vec<f64> = all.iter().filter(|m| m["method"] == "notifications/progress").map(|m| m["params"]["progress"].as_f64().unwrap()).collect();
-    assert_eq!(progress, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], "every notification exactly once, in order");
+    assert_eq!(progress_values(&all), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], "every notification exactly once, in order");
     assert_eq!(all.last().unwrap()["id"], 1);
     assert!(all.last().unwrap()["result"].is_object());
     // Every event has its own (sealed) id.

@@ -174,6 +174,20 @@ pub async fn messages_of(res: reqwest::Response) -> Vec<Value> {
     parse_sse(&text).into_iter().filter(|e| !e.data.is_empty()).map(|e| serde_json::from_str(&e.data).unwrap()).collect()
 }
 
+/// Call `countdown` (six progress notifications 60 ms apart, request id 1), read its first
+/// `events` SSE events, then break the connection; the events read are returned.
+pub async fn countdown_broken_after(client: &RawClient, events: usize) -> Vec<SseEvent> {
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "countdown", "arguments": {"steps": 6, "delay_ms": 60}, "_meta": {"progressToken": "t"}}});
+    let mut res = client.post(call.to_string()).send().await.unwrap();
+    read_events(&mut res, events, &mut String::new()).await
+}
+
+/// The `progress` values of the `notifications/progress` among `messages`, in order.
+pub fn progress_values(messages: &[Value]) -> Vec<f64> {
+    messages.iter().filter(|m| m["method"] == "notifications/progress").map(|m| m["params"]["progress"].as_f64().unwrap()).collect()
+}
+
 /// Read SSE events from a streaming response until `n` events (comments skipped) have come.
 pub async fn read_events(res: &mut reqwest::Response, n: usize, buffer: &mut String) -> Vec<SseEvent> {
     loop {
