@@ -112,12 +112,7 @@ impl Drop for Proc {
 fn spawn(program: &Path, args: &[String], dir: &Path, log: PathBuf, term_first: bool) -> Proc {
     let file = std::fs::File::create(&log).expect("log file");
     let mut cmd = tokio::process::Command::new(program);
-    cmd.args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(file.try_clone().expect("log file"))
-        .stderr(file)
-        .kill_on_drop(true);
+    cmd.args(args).current_dir(dir).stdin(Stdio::null()).stdout(file.try_clone().expect("log file")).stderr(file).kill_on_drop(true);
     // Only the flags written here configure the nodes.
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("SWITCHBOARD_") {
@@ -311,8 +306,14 @@ async fn start_nginx(http: &reqwest::Client, nginx: &Path, dir: &Path, upstreams
     std::fs::create_dir_all(dir.join("nginx-temp")).unwrap();
     let conf = dir.join("nginx.conf");
     std::fs::write(&conf, nginx_conf(dir, front, upstreams)).unwrap();
-    let args: Vec<String> =
-        vec!["-c".into(), conf.display().to_string(), "-p".into(), dir.display().to_string(), "-e".into(), dir.join("nginx-error.log").display().to_string()];
+    let args: Vec<String> = vec![
+        "-c".into(),
+        conf.display().to_string(),
+        "-p".into(),
+        dir.display().to_string(),
+        "-e".into(),
+        dir.join("nginx-error.log").display().to_string(),
+    ];
     let mut proc = spawn(nginx, &args, dir, dir.join("nginx-stderr.log"), true);
     let url = format!("http://127.0.0.1:{front}/mcp");
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -385,7 +386,8 @@ impl Sse {
             if let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
                 let event: Vec<u8> = self.buffer.drain(..end + 2).collect();
                 let text = String::from_utf8_lossy(&event);
-                let data: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("data:")).map(|d| d.strip_prefix(' ').unwrap_or(d)).collect();
+                let data: Vec<&str> =
+                    text.lines().filter_map(|l| l.strip_prefix("data:")).map(|d| d.strip_prefix(' ').unwrap_or(d)).collect();
                 let payload = data.join("\n");
                 if payload.trim().is_empty() {
                     continue;
@@ -426,7 +428,13 @@ async fn call_until_elicitation(http: &reqwest::Client, url: &str, session: &str
 }
 
 /// POST the tool call and read its stream up to the server-to-client request.
-async fn call_until_parked(http: &reqwest::Client, url: &str, session: &str, call_id: u64, parks: Parks) -> Result<(Sse, String, Value), String> {
+async fn call_until_parked(
+    http: &reqwest::Client,
+    url: &str,
+    session: &str,
+    call_id: u64,
+    parks: Parks,
+) -> Result<(Sse, String, Value), String> {
     let (tool, arguments, method) = parks.call();
     let body = json!({"jsonrpc": "2.0", "id": call_id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}});
     let response = post(http, url, Some(session), &body).send().await.map_err(|e| format!("tools/call: {e}"))?;
@@ -699,7 +707,11 @@ async fn park(http: &reqwest::Client, url: &str, metrics_url: &str, watch: &[(St
 }
 
 fn park_report(name: &str, p: &Parked, pending_note: &str) {
-    println!("  {name}: {} calls parked in {:.1} s ({PARK_CONCURRENCY} at a time over {PARK_SESSIONS} sessions)", p.parked[0], p.took.as_secs_f64());
+    println!(
+        "  {name}: {} calls parked in {:.1} s ({PARK_CONCURRENCY} at a time over {PARK_SESSIONS} sessions)",
+        p.parked[0],
+        p.took.as_secs_f64()
+    );
     match p.pending {
         Some(v) => println!("    switchboard_mailboxes_pending on the owner after them: {v}{pending_note}"),
         None => println!("    switchboard_mailboxes_pending: not published"),

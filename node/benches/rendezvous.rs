@@ -72,7 +72,11 @@ async fn measure<M: Mailbox + Clone>(members: Vec<M>, owner: usize, deliverer: u
     for w in workers {
         w.await.unwrap();
     }
-    Figures { p50: percentile(&samples, 0.5), p99: percentile(&samples, 0.99), pairs_per_sec: done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64() }
+    Figures {
+        p50: percentile(&samples, 0.5),
+        p99: percentile(&samples, 0.99),
+        pairs_per_sec: done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64(),
+    }
 }
 
 /// The node's own timing defaults rather than the tests' fast ones.
@@ -151,14 +155,39 @@ mod redis_rendezvous {
 
     #[async_trait::async_trait]
     impl Mailbox for RedisMailbox {
-        async fn create(&self, key: &MailboxKey, _: u64, ttl: Duration) -> Result<switchboard_node::mailbox::CreateOutcome, switchboard_node::mailbox::MailboxError> {
+        async fn create(
+            &self,
+            key: &MailboxKey,
+            _: u64,
+            ttl: Duration,
+        ) -> Result<switchboard_node::mailbox::CreateOutcome, switchboard_node::mailbox::MailboxError> {
             let mut con = self.shared.clone();
-            let _: Option<String> = redis::cmd("SET").arg(format!("mb:{key}")).arg("pending").arg("NX").arg("PX").arg(ttl.as_millis() as u64).query_async(&mut con).await.unwrap();
+            let _: Option<String> = redis::cmd("SET")
+                .arg(format!("mb:{key}"))
+                .arg("pending")
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl.as_millis() as u64)
+                .query_async(&mut con)
+                .await
+                .unwrap();
             Ok(switchboard_node::mailbox::CreateOutcome::Created)
         }
-        async fn deliver(&self, key: &MailboxKey, value: serde_json::Value) -> Result<DeliverOutcome, switchboard_node::mailbox::MailboxError> {
+        async fn deliver(
+            &self,
+            key: &MailboxKey,
+            value: serde_json::Value,
+        ) -> Result<DeliverOutcome, switchboard_node::mailbox::MailboxError> {
             let mut con = self.shared.clone();
-            let first: Option<String> = redis::cmd("SET").arg(format!("mb:{key}:v")).arg(value.to_string()).arg("NX").arg("PX").arg(60_000).query_async(&mut con).await.unwrap();
+            let first: Option<String> = redis::cmd("SET")
+                .arg(format!("mb:{key}:v"))
+                .arg(value.to_string())
+                .arg("NX")
+                .arg("PX")
+                .arg(60_000)
+                .query_async(&mut con)
+                .await
+                .unwrap();
             if first.is_none() {
                 return Ok(DeliverOutcome::AlreadyDelivered);
             }
@@ -206,7 +235,12 @@ async fn redis() -> Option<Figures> {
 }
 
 fn row(name: &str, f: &Figures) {
-    println!("{name:<44} p50 {:>8.3} ms   p99 {:>8.3} ms   {:>9.0} pairs/s", f.p50.as_secs_f64() * 1e3, f.p99.as_secs_f64() * 1e3, f.pairs_per_sec);
+    println!(
+        "{name:<44} p50 {:>8.3} ms   p99 {:>8.3} ms   {:>9.0} pairs/s",
+        f.p50.as_secs_f64() * 1e3,
+        f.p99.as_secs_f64() * 1e3,
+        f.pairs_per_sec
+    );
 }
 
 fn main() {

@@ -6,12 +6,12 @@ use crate::raft::{ClusterStatus, Member, Membership, RaftNodeConfig, network::Pe
 use crate::server::correlation::IdSealer;
 use crate::server::{Server, ServerBuilder, ServerConfig};
 use crate::session::{InMemorySessionStore, SessionStore};
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 use crate::tools::ToolSet;
 use crate::transport::{http, stdio};
 use clap::{Args, Parser, Subcommand};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -316,7 +316,11 @@ fn raft_config(args: &ServeArgs, node_id: u64) -> Result<RaftNodeConfig, CliErro
         Some(a) => a.clone(),
         None => match &membership {
             Membership::Peers(peers) => peers.get(&node_id).cloned().expect("checked above"),
-            _ => format!("{}:{}", if args.peer_listen.ip().is_unspecified() { hostname() } else { args.peer_listen.ip().to_string() }, args.peer_listen.port()),
+            _ => format!(
+                "{}:{}",
+                if args.peer_listen.ip().is_unspecified() { hostname() } else { args.peer_listen.ip().to_string() },
+                args.peer_listen.port()
+            ),
         },
     };
     if args.election_timeout <= args.heartbeat_interval {
@@ -351,15 +355,21 @@ pub fn metrics_router(metrics: Arc<Metrics>, ready: Arc<dyn Fn() -> bool + Send 
     use axum::http::StatusCode;
     use axum::routing::get;
     axum::Router::new()
-        .route("/metrics", get(move || {
-            let m = metrics.clone();
-            async move { m.encode() }
-        }))
+        .route(
+            "/metrics",
+            get(move || {
+                let m = metrics.clone();
+                async move { m.encode() }
+            }),
+        )
         .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(move || {
-            let ready = ready();
-            async move { if ready { (StatusCode::OK, "ready") } else { (StatusCode::SERVICE_UNAVAILABLE, "no Raft leader known yet") } }
-        }))
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = ready();
+                async move { if ready { (StatusCode::OK, "ready") } else { (StatusCode::SERVICE_UNAVAILABLE, "no Raft leader known yet") } }
+            }),
+        )
 }
 
 async fn serve(args: ServeArgs) -> Result<(), CliError> {
@@ -381,7 +391,11 @@ async fn serve(args: ServeArgs) -> Result<(), CliError> {
             let text = std::fs::read_to_string(path).map_err(|source| CliError::ReadFile { path: path.clone(), source })?;
             IdSealer::from_text(&text).map_err(|e| CliError::Config(format!("{}: {e}", path.display())))?
         }
-        None if clustered => return Err(CliError::Config("--encryption-key-file is required with --peers or --join (every replica must share the key)".into())),
+        None if clustered => {
+            return Err(CliError::Config(
+                "--encryption-key-file is required with --peers or --join (every replica must share the key)".into(),
+            ));
+        }
         // A lone node: ids only ever come back to this process.
         None => IdSealer::random(),
     };
@@ -434,8 +448,12 @@ async fn cluster(args: ClusterArgs) -> Result<(), CliError> {
     let client = PeerClient::new(secret, None, None);
     use crate::raft::network as net;
     let reply: serde_json::Value = match args.action {
-        ClusterAction::Status => serde_json::to_value(client.admin::<ClusterStatus>(&args.peer, net::STATUS, None).await?).expect("status serializes"),
-        ClusterAction::AddLearner { id, addr } => client.admin(&args.peer, net::LEARNERS, Some(&serde_json::json!({"id": id, "addr": addr}))).await?,
+        ClusterAction::Status => {
+            serde_json::to_value(client.admin::<ClusterStatus>(&args.peer, net::STATUS, None).await?).expect("status serializes")
+        }
+        ClusterAction::AddLearner { id, addr } => {
+            client.admin(&args.peer, net::LEARNERS, Some(&serde_json::json!({"id": id, "addr": addr}))).await?
+        }
         ClusterAction::Promote { id } => client.admin(&args.peer, net::PROMOTE, Some(&serde_json::json!({"id": id}))).await?,
         ClusterAction::Remove { id } => client.admin(&args.peer, net::REMOVE, Some(&serde_json::json!({"id": id}))).await?,
     };

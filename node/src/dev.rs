@@ -58,11 +58,12 @@ async fn forward(State(door): State<FrontDoor>, request: Request) -> Response {
             for (name, value) in reply.headers().iter().filter(|(n, _)| !HOP_BY_HOP.contains(&n.as_str())) {
                 response = response.header(name, value);
             }
-            response.body(Body::from_stream(reply.bytes_stream().map_err(std::io::Error::other))).unwrap_or_else(|e| {
-                (StatusCode::BAD_GATEWAY, e.to_string()).into_response()
-            })
+            response
+                .body(Body::from_stream(reply.bytes_stream().map_err(std::io::Error::other)))
+                .unwrap_or_else(|e| (StatusCode::BAD_GATEWAY, e.to_string()).into_response())
         }
-        Err(e) => (StatusCode::BAD_GATEWAY, [(HeaderName::from_static("x-switchboard-front-door"), "upstream failed")], e.to_string()).into_response(),
+        Err(e) => (StatusCode::BAD_GATEWAY, [(HeaderName::from_static("x-switchboard-front-door"), "upstream failed")], e.to_string())
+            .into_response(),
     }
 }
 

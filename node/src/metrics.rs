@@ -57,8 +57,7 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("switchboard");
         let outcomes = Family::<KindOutcome, Counter>::default();
-        let wait_seconds =
-            Family::<Kind, Histogram>::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 4.0, 10)));
+        let wait_seconds = Family::<Kind, Histogram>::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 4.0, 10)));
         let orphans = Family::<Reason, Counter>::default();
         let sessions = Gauge::default();
         registry.register("client_request_outcomes", "Server-to-client requests by kind and outcome", outcomes.clone());

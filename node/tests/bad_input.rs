@@ -42,18 +42,78 @@ async fn malformed_bodies_get_precise_errors() {
         case("object id", r#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#, 400, Some(INVALID_REQUEST), Value::Null),
         case("null id", r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#, 400, Some(INVALID_REQUEST), Value::Null),
         case("params array", r#"{"jsonrpc":"2.0","id":5,"method":"ping","params":[]}"#, 400, Some(INVALID_REQUEST), json!(5)),
-        case("result and error", r#"{"jsonrpc":"2.0","id":5,"result":{},"error":{"code":1,"message":"x"}}"#, 400, Some(INVALID_REQUEST), json!(5)),
-        case("huge body", format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#, "x".repeat(100 * 1024)), 413, None, Value::Null),
+        case(
+            "result and error",
+            r#"{"jsonrpc":"2.0","id":5,"result":{},"error":{"code":1,"message":"x"}}"#,
+            400,
+            Some(INVALID_REQUEST),
+            json!(5),
+        ),
+        case(
+            "huge body",
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#, "x".repeat(100 * 1024)),
+            413,
+            None,
+            Value::Null,
+        ),
         case("unknown method", r#"{"jsonrpc":"2.0","id":6,"method":"no/such"}"#, 200, Some(METHOD_NOT_FOUND), json!(6)),
-        case("unknown tool", r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"nope"}}"#, 200, Some(INVALID_PARAMS), json!(7)),
+        case(
+            "unknown tool",
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"nope"}}"#,
+            200,
+            Some(INVALID_PARAMS),
+            json!(7),
+        ),
         case("tool name missing", r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{}}"#, 200, Some(INVALID_PARAMS), json!(8)),
-        case("arguments not an object", r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"echo","arguments":[1]}}"#, 200, Some(INVALID_PARAMS), json!(9)),
-        case("prompt argument missing", r#"{"jsonrpc":"2.0","id":10,"method":"prompts/get","params":{"name":"test_prompt_with_arguments","arguments":{"arg1":"a"}}}"#, 200, Some(INVALID_PARAMS), json!(10)),
-        case("unknown resource", r#"{"jsonrpc":"2.0","id":11,"method":"resources/read","params":{"uri":"test://nope"}}"#, 200, Some(RESOURCE_NOT_FOUND), json!(11)),
-        case("bad cursor", r#"{"jsonrpc":"2.0","id":12,"method":"tools/list","params":{"cursor":"%%%"}}"#, 200, Some(INVALID_PARAMS), json!(12)),
-        case("bad log level", r#"{"jsonrpc":"2.0","id":13,"method":"logging/setLevel","params":{"level":"loud"}}"#, 200, Some(INVALID_PARAMS), json!(13)),
-        case("initialize without clientInfo", r#"{"jsonrpc":"2.0","id":14,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}"#, 200, Some(INVALID_PARAMS), json!(14)),
-        case("bad completion ref", r#"{"jsonrpc":"2.0","id":15,"method":"completion/complete","params":{"ref":{"type":"ref/tool"},"argument":{"name":"a","value":""}}}"#, 200, Some(INVALID_PARAMS), json!(15)),
+        case(
+            "arguments not an object",
+            r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"echo","arguments":[1]}}"#,
+            200,
+            Some(INVALID_PARAMS),
+            json!(9),
+        ),
+        case(
+            "prompt argument missing",
+            r#"{"jsonrpc":"2.0","id":10,"method":"prompts/get","params":{"name":"test_prompt_with_arguments","arguments":{"arg1":"a"}}}"#,
+            200,
+            Some(INVALID_PARAMS),
+            json!(10),
+        ),
+        case(
+            "unknown resource",
+            r#"{"jsonrpc":"2.0","id":11,"method":"resources/read","params":{"uri":"test://nope"}}"#,
+            200,
+            Some(RESOURCE_NOT_FOUND),
+            json!(11),
+        ),
+        case(
+            "bad cursor",
+            r#"{"jsonrpc":"2.0","id":12,"method":"tools/list","params":{"cursor":"%%%"}}"#,
+            200,
+            Some(INVALID_PARAMS),
+            json!(12),
+        ),
+        case(
+            "bad log level",
+            r#"{"jsonrpc":"2.0","id":13,"method":"logging/setLevel","params":{"level":"loud"}}"#,
+            200,
+            Some(INVALID_PARAMS),
+            json!(13),
+        ),
+        case(
+            "initialize without clientInfo",
+            r#"{"jsonrpc":"2.0","id":14,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}"#,
+            200,
+            Some(INVALID_PARAMS),
+            json!(14),
+        ),
+        case(
+            "bad completion ref",
+            r#"{"jsonrpc":"2.0","id":15,"method":"completion/complete","params":{"ref":{"type":"ref/tool"},"argument":{"name":"a","value":""}}}"#,
+            200,
+            Some(INVALID_PARAMS),
+            json!(15),
+        ),
     ];
     for c in &cases {
         let res = client.post(c.body.clone()).send().await.unwrap();
@@ -87,6 +147,8 @@ async fn invalid_tool_arguments_are_a_tool_error_the_model_can_read() {
     assert_eq!(reply["result"]["isError"], true);
     let reply = client.call(3, "tools/call", json!({"name": "json_schema_2020_12_tool", "arguments": {"address": {"city": 7}}})).await;
     assert_eq!(reply["result"]["isError"], true);
-    let reply = client.call(4, "tools/call", json!({"name": "json_schema_2020_12_tool", "arguments": {"name": "a", "address": {"city": "x"}}})).await;
+    let reply = client
+        .call(4, "tools/call", json!({"name": "json_schema_2020_12_tool", "arguments": {"name": "a", "address": {"city": "x"}}}))
+        .await;
     assert!(reply["result"].get("isError").is_none(), "{reply}");
 }

@@ -52,7 +52,8 @@ fn spawn(id: u64, dir: &Path, secret: &Path, membership: &[&str], peer_port: u16
 }
 
 async fn status(peer: &str, secret: &Path) -> Option<Value> {
-    let out = Command::new(BIN).args(["cluster", "--peer", peer, "--cluster-secret-file"]).arg(secret).arg("status").output().await.unwrap();
+    let out =
+        Command::new(BIN).args(["cluster", "--peer", peer, "--cluster-secret-file"]).arg(secret).arg("status").output().await.unwrap();
     out.status.success().then(|| serde_json::from_slice(&out.stdout).unwrap())
 }
 
@@ -94,12 +95,24 @@ async fn processes_form_a_cluster_a_node_joins_and_one_restarts() {
     // Wrong secret: refused with a clear error.
     let wrong = dir.path().join("wrong");
     std::fs::write(&wrong, "nope").unwrap();
-    let out = Command::new(BIN).args(["cluster", "--peer", &nodes[0].peer, "--cluster-secret-file"]).arg(&wrong).arg("status").output().await.unwrap();
+    let out = Command::new(BIN)
+        .args(["cluster", "--peer", &nodes[0].peer, "--cluster-secret-file"])
+        .arg(&wrong)
+        .arg("status")
+        .output()
+        .await
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("401"), "{}", String::from_utf8_lossy(&out.stderr));
 
     // Remove node 3 through the admin API, then restart node 1 from its data directory.
-    let out = Command::new(BIN).args(["cluster", "--peer", &nodes[2].peer, "--cluster-secret-file"]).arg(&secret).args(["remove", "--id", "3"]).output().await.unwrap();
+    let out = Command::new(BIN)
+        .args(["cluster", "--peer", &nodes[2].peer, "--cluster-secret-file"])
+        .arg(&secret)
+        .args(["remove", "--id", "3"])
+        .output()
+        .await
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     wait_until(&nodes[0].peer, &secret, "three voters again", |s| s["voters"].as_array().map(Vec::len) == Some(3)).await;
     nodes[1].child.kill().await.unwrap();
@@ -151,7 +164,14 @@ async fn dev_serves_a_round_robin_cluster_and_stops_on_ctrl_c() {
     let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
     let mut nodes = std::collections::BTreeSet::new();
     for _ in 0..3 {
-        let res = http.post(&url).header("content-type", "application/json").header("accept", "application/json, text/event-stream").body(init).send().await.unwrap();
+        let res = http
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(init)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(res.status(), 200);
         nodes.insert(res.headers()["x-switchboard-node"].to_str().unwrap().to_string());
     }

@@ -147,7 +147,10 @@ async fn notifications_reach_the_standalone_stream_on_whichever_node_holds_it() 
     // Two independent notices: each arrives once, in either order; the unsubscribed URI never.
     let mut messages = data(&read_events(&mut stream, 2, &mut buffer).await);
     messages.sort_by_key(|m| m["method"].as_str().unwrap().to_string());
-    assert_eq!(messages[0], json!({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": "test://watched-resource"}}));
+    assert_eq!(
+        messages[0],
+        json!({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": "test://watched-resource"}})
+    );
     assert_eq!(messages[1]["method"], "notifications/tools/list_changed");
     cluster.raft.stop_all().await;
 }

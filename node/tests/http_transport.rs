@@ -41,12 +41,27 @@ async fn accept_and_content_type_are_enforced() {
         let res = client.post_without_accept(PING).header("accept", accept).send().await.unwrap();
         assert_eq!(res.status(), 406, "Accept: {accept}");
     }
-    let res = client.http.post(&client.url).header("accept", ACCEPT_BOTH).header("content-type", "text/plain")
-        .header("mcp-session-id", client.session.clone().unwrap()).body(PING).send().await.unwrap();
+    let res = client
+        .http
+        .post(&client.url)
+        .header("accept", ACCEPT_BOTH)
+        .header("content-type", "text/plain")
+        .header("mcp-session-id", client.session.clone().unwrap())
+        .body(PING)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), 415);
     let res = client.post_without_accept(PING).header("accept", "*/*").send().await.unwrap();
     assert_eq!(res.status(), 200, "a wildcard allows both");
-    let res = client.http.get(&client.url).header("accept", "application/json").header("mcp-session-id", client.session.clone().unwrap()).send().await.unwrap();
+    let res = client
+        .http
+        .get(&client.url)
+        .header("accept", "application/json")
+        .header("mcp-session-id", client.session.clone().unwrap())
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), 406);
 }
 
@@ -111,7 +126,8 @@ async fn oversized_bodies_get_413_and_change_nothing() {
     let srv = start(ServerConfig::default(), HttpConfig { max_body_bytes: 1024, ..Default::default() }).await;
     let mut client = RawClient::new(&srv.url);
     client.initialize().await;
-    let big = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "x".repeat(4096)}}});
+    let big =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "x".repeat(4096)}}});
     let res = client.post(big.to_string()).send().await.unwrap();
     assert_eq!(res.status(), 413);
     assert_eq!(client.post(PING).send().await.unwrap().status(), 200);
@@ -216,7 +232,8 @@ async fn plain_answers_are_json_and_anything_emitted_first_upgrades_to_sse() {
     assert!(events[0].retry.is_some());
     assert!(events.iter().all(|e| e.id.is_some()));
     let messages: Vec<Value> = events[1..].iter().map(|e| serde_json::from_str(&e.data).unwrap()).collect();
-    let progress: Vec<f64> = messages.iter().filter(|m| m["method"] == "notifications/progress").map(|m| m["params"]["progress"].as_f64().unwrap()).collect();
+    let progress: Vec<f64> =
+        messages.iter().filter(|m| m["method"] == "notifications/progress").map(|m| m["params"]["progress"].as_f64().unwrap()).collect();
     assert_eq!(progress, vec![1.0, 2.0, 3.0]);
     assert!(messages.iter().all(|m| m["method"] != "notifications/progress" || m["params"]["progressToken"] == "p"));
     assert_eq!(messages.last().unwrap()["id"], 2);
@@ -315,7 +332,8 @@ async fn url_mode_elicitation_needs_its_capability_and_completes() {
     let elicitation_id = request["params"]["elicitationId"].as_str().unwrap().to_string();
     let answer = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"action": "accept"}});
     assert_eq!(client.post(answer.to_string()).send().await.unwrap().status(), 202);
-    let rest: Vec<Value> = read_events(&mut res, usize::MAX, &mut buffer).await.iter().map(|e| serde_json::from_str(&e.data).unwrap()).collect();
+    let rest: Vec<Value> =
+        read_events(&mut res, usize::MAX, &mut buffer).await.iter().map(|e| serde_json::from_str(&e.data).unwrap()).collect();
     assert_eq!(rest[0]["method"], "notifications/elicitation/complete");
     assert_eq!(rest[0]["params"]["elicitationId"], elicitation_id);
     assert_eq!(rest.last().unwrap()["result"]["structuredContent"]["action"], "accept");

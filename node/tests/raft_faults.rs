@@ -4,9 +4,9 @@
 mod common;
 
 use common::cluster::TestCluster;
+use openraft::async_runtime::WatchReceiver;
 use serde_json::json;
 use std::time::Duration;
-use openraft::async_runtime::WatchReceiver;
 use switchboard_node::mailbox::{DeliverOutcome, Mailbox, MailboxKey, WaitOutcome};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

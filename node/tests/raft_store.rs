@@ -125,7 +125,9 @@ async fn peer_requests_without_the_secret_are_refused_and_change_nothing() {
     let addr = cluster.members[0].as_ref().unwrap().peer_addr;
     let before = cluster.node(0).status();
     let http = reqwest::Client::new();
-    let vote = rmp_serde::to_vec_named(&json!({"vote": {"leader_id": {"term": 99, "node_id": 5}, "committed": false}, "last_log_id": null})).unwrap();
+    let vote =
+        rmp_serde::to_vec_named(&json!({"vote": {"leader_id": {"term": 99, "node_id": 5}, "committed": false}, "last_log_id": null}))
+            .unwrap();
     for (auth, reason) in [(None, "missing_secret"), (Some("Bearer wrong"), "wrong_secret")] {
         for path in ["/raft/vote", "/raft/append", "/raft/append-stream", "/raft/write-stream", "/admin/status", "/admin/remove"] {
             let mut request = http.post(format!("http://{addr}{path}")).body(vote.clone());

@@ -76,7 +76,11 @@ impl ClientHandler for TestClient {
         }
     }
 
-    async fn create_message(&self, params: CreateMessageRequestParams, _: RequestContext<RoleClient>) -> Result<CreateMessageResult, ErrorData> {
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        _: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
         self.saw("sample");
         assert!(!params.messages.is_empty());
         match &self.sample {

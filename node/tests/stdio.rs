@@ -35,7 +35,8 @@ impl StdioClient {
 
     /// The next line on stdout, which must be one JSON-RPC message.
     async fn recv(&mut self) -> Value {
-        let line = tokio::time::timeout(Duration::from_secs(10), self.stdout.next_line()).await.expect("a line within 10 s").unwrap().unwrap();
+        let line =
+            tokio::time::timeout(Duration::from_secs(10), self.stdout.next_line()).await.expect("a line within 10 s").unwrap().unwrap();
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("stdout carried a non-JSON line {line:?}: {e}"))
     }
 }
@@ -43,8 +44,10 @@ impl StdioClient {
 #[tokio::test]
 async fn initialize_then_call_a_tool() {
     let mut client = StdioClient::spawn("conformance");
-    client.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {"sampling": {}}, "clientInfo": {"name": "stdio-test", "version": "1"}}})).await;
+    client
+        .send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {"sampling": {}}, "clientInfo": {"name": "stdio-test", "version": "1"}}}))
+        .await;
     let init = client.recv().await;
     assert_eq!(init["id"], 1);
     assert_eq!(init["result"]["protocolVersion"], "2025-11-25");
@@ -56,12 +59,18 @@ async fn initialize_then_call_a_tool() {
     assert_eq!(reply["result"]["content"][0]["text"], "This is a simple text response for testing.");
 
     // A server-to-client request goes out on stdout and its answer comes back on stdin.
-    client.send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "test_sampling", "arguments": {"prompt": "hi"}}})).await;
+    client
+        .send(
+            json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "test_sampling", "arguments": {"prompt": "hi"}}}),
+        )
+        .await;
     let request = client.recv().await;
     assert_eq!(request["method"], "sampling/createMessage");
     assert_eq!(request["params"]["messages"][0]["content"]["text"], "hi");
-    client.send(json!({"jsonrpc": "2.0", "id": request["id"], "result": {
-        "role": "assistant", "content": {"type": "text", "text": "hello from stdin"}, "model": "m"}})).await;
+    client
+        .send(json!({"jsonrpc": "2.0", "id": request["id"], "result": {
+        "role": "assistant", "content": {"type": "text", "text": "hello from stdin"}, "model": "m"}}))
+        .await;
     let reply = client.recv().await;
     assert_eq!(reply["id"], 3);
     assert_eq!(reply["result"]["content"][0]["text"], "LLM response: hello from stdin");

@@ -110,7 +110,11 @@ impl McpServer {
 
     /// The path of this object in the API.
     pub fn api_path(&self) -> String {
-        format!("/apis/switchboard.dev/v1alpha1/namespaces/{}/mcpservers/{}", self.meta().namespace.as_deref().unwrap(), self.meta().name.as_deref().unwrap())
+        format!(
+            "/apis/switchboard.dev/v1alpha1/namespaces/{}/mcpservers/{}",
+            self.meta().namespace.as_deref().unwrap(),
+            self.meta().name.as_deref().unwrap()
+        )
     }
 }
 

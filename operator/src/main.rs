@@ -68,7 +68,8 @@ fn init_tracing(format: &str) {
 fn render(file: &str, namespace: &str, cluster_domain: String) -> switchboard_operator::Result<()> {
     use std::io::Read;
     let mut yaml = String::new();
-    let read = if file == "-" { std::io::stdin().read_to_string(&mut yaml).map(|_| ()) } else { std::fs::read_to_string(file).map(|s| yaml = s) };
+    let read =
+        if file == "-" { std::io::stdin().read_to_string(&mut yaml).map(|_| ()) } else { std::fs::read_to_string(file).map(|s| yaml = s) };
     read.map_err(|e| switchboard_operator::Error::Startup(format!("cannot read {file}: {e}")))?;
     let settings = switchboard_operator::builders::Settings { cluster_domain, operator: None };
     print!("{}", switchboard_operator::builders::render_yaml(&yaml, namespace, &settings)?);

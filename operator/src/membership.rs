@@ -264,7 +264,8 @@ impl HttpAdmin {
 
     async fn post(&self, addr: &str, secret: &str, path: &str, body: serde_json::Value) -> Result<()> {
         let url = format!("http://{addr}{path}");
-        let response = self.client.post(&url).bearer_auth(secret).json(&body).send().await.map_err(|e| Error::Admin(format!("{url}: {e}")))?;
+        let response =
+            self.client.post(&url).bearer_auth(secret).json(&body).send().await.map_err(|e| Error::Admin(format!("{url}: {e}")))?;
         let status = response.status();
         if status.is_success() {
             return Ok(());
@@ -413,7 +414,12 @@ mod tests {
         let summary: Vec<(u64, &str, MemberRole)> = list.iter().map(|m| (m.id, m.pod.as_str(), m.role)).collect();
         assert_eq!(
             summary,
-            vec![(0, "demo-0", MemberRole::Voter), (1, "demo-1", MemberRole::Voter), (2, "demo-2", MemberRole::Voter), (3, "demo-3", MemberRole::Learner)]
+            vec![
+                (0, "demo-0", MemberRole::Voter),
+                (1, "demo-1", MemberRole::Voter),
+                (2, "demo-2", MemberRole::Voter),
+                (3, "demo-3", MemberRole::Learner)
+            ]
         );
     }
 
@@ -440,9 +446,6 @@ mod tests {
         let plan = plan(4, 3, &status);
         let note = execute(admin.as_ref(), &plan, &status, &addresses, "s").await.unwrap();
         assert_eq!(note, Some(("MemberAdded".to_string(), "added member 3 as a learner".to_string())));
-        assert_eq!(
-            admin.calls(),
-            vec![format!("add_learner 3 {} via {}", RecordedAdmin::addr("demo", 3), RecordedAdmin::addr("demo", 0))]
-        );
+        assert_eq!(admin.calls(), vec![format!("add_learner 3 {} via {}", RecordedAdmin::addr("demo", 3), RecordedAdmin::addr("demo", 0))]);
     }
 }

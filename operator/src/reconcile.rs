@@ -28,12 +28,12 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use crate::builders::{
-    self, CLUSTER_SECRET_KEY, CONFIG_HASH_ANNOTATION, ENCRYPTION_KEY_KEY, INITIAL_MEMBERS_ANNOTATION, Rollout,
-    SecretMaterial, Settings, Target,
+    self, CLUSTER_SECRET_KEY, CONFIG_HASH_ANNOTATION, ENCRYPTION_KEY_KEY, INITIAL_MEMBERS_ANNOTATION, Rollout, SecretMaterial, Settings,
+    Target,
 };
-use crate::crd::{McpServer, McpServerStatus, condition};
 #[cfg(test)]
 use crate::crd::MemberRole;
+use crate::crd::{McpServer, McpServerStatus, condition};
 use crate::membership::{self, AdminApi};
 use crate::{Error, FIELD_MANAGER, Result, validate};
 
@@ -53,14 +53,7 @@ pub struct Context {
 
 impl Context {
     pub fn new(client: Client, recorder: Recorder, settings: Settings, admin: Option<Arc<dyn AdminApi>>) -> Self {
-        Self {
-            client,
-            recorder,
-            settings,
-            admin,
-            progress_interval: Duration::from_secs(5),
-            settled_interval: Duration::from_secs(300),
-        }
+        Self { client, recorder, settings, admin, progress_interval: Duration::from_secs(5), settled_interval: Duration::from_secs(300) }
     }
 }
 
@@ -329,14 +322,19 @@ impl Observed {
     }
 }
 
-fn condition(type_: &str, status: bool, reason: &str, message: String, generation: Option<i64>, now: Timestamp, previous: &[Condition]) -> Condition {
+fn condition(
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: Timestamp,
+    previous: &[Condition],
+) -> Condition {
     let status = if status { "True" } else { "False" }.to_string();
     // The transition time moves only when the status does.
-    let last_transition_time = previous
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == status)
-        .map(|c| c.last_transition_time.clone())
-        .unwrap_or(Time(now));
+    let last_transition_time =
+        previous.iter().find(|c| c.type_ == type_ && c.status == status).map(|c| c.last_transition_time.clone()).unwrap_or(Time(now));
     Condition { type_: type_.into(), status, reason: reason.into(), message, observed_generation: generation, last_transition_time }
 }
 

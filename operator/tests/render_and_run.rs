@@ -108,7 +108,8 @@ impl Cluster {
         let pid = std::process::id();
         let (a, b) = (100 + (pid % 100) as u8, 1 + ((pid / 100) % 250) as u8);
         let target = Target::new(mcp).unwrap();
-        let hosts = (0..max_pods).map(|i| (target.pod_host(i as i32, &Settings::default()), Ipv4Addr::new(127, a, b, 10 + i as u8))).collect();
+        let hosts =
+            (0..max_pods).map(|i| (target.pod_host(i as i32, &Settings::default()), Ipv4Addr::new(127, a, b, 10 + i as u8))).collect();
         Cluster { bin: switchboard_binary(), rendered, secret_dir, hosts, pods: Vec::new(), cluster_secret }
     }
 
@@ -260,7 +261,14 @@ impl Session {
         let http = reqwest::Client::new();
         let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "render-and-run", "version": "1"}}});
-        let res = http.post(url).header("accept", "application/json, text/event-stream").header("content-type", "application/json").body(init.to_string()).send().await.unwrap();
+        let res = http
+            .post(url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(init.to_string())
+            .send()
+            .await
+            .unwrap();
         assert_eq!(res.status(), 200);
         let id = res.headers()["mcp-session-id"].to_str().unwrap().to_string();
         let session = Session { http, id };

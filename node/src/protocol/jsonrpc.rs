@@ -194,8 +194,7 @@ pub fn parse_message(bytes: &[u8]) -> Result<Message, FramingError> {
     if nesting_exceeds(bytes, MAX_NESTING) {
         return Err(FramingError::parse(format!("JSON nested deeper than {MAX_NESTING} levels")));
     }
-    let value: Value =
-        serde_json::from_slice(bytes).map_err(|e| FramingError::parse(format!("invalid JSON: {e}")))?;
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| FramingError::parse(format!("invalid JSON: {e}")))?;
     message_from_value(value)
 }
 
@@ -244,8 +243,8 @@ pub fn message_from_value(value: Value) -> Result<Message, FramingError> {
             None => Err(FramingError::invalid(None, "a response needs an id")),
         },
         (None, Some(error)) => {
-            let error: ErrorObject = serde_json::from_value(error)
-                .map_err(|e| FramingError::invalid(id.clone(), format!("malformed error object: {e}")))?;
+            let error: ErrorObject =
+                serde_json::from_value(error).map_err(|e| FramingError::invalid(id.clone(), format!("malformed error object: {e}")))?;
             Ok(Message::Error { id, error })
         }
         (Some(_), Some(_)) => Err(FramingError::invalid(id, "a response can't carry both result and error")),

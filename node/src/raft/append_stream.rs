@@ -9,9 +9,9 @@ use super::network::{MIN_RPC_TIMEOUT, PeerClient, PeerError};
 use super::node::RaftNode;
 use super::peer_stream::{Reader, Writer, framed, send};
 use super::types::{TypeConfig, decode};
-use futures::{FutureExt, StreamExt};
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
 use openraft::errors::{Fatal, NetworkError, RPCError, Unreachable};
 use openraft::raft::{AppendEntriesRequest, StreamAppendResult};
 use serde::{Deserialize, Serialize};
@@ -148,7 +148,12 @@ impl Drop for AbortOnDrop {
 type Results<'s> = BoxStream<'s, Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>>;
 
 /// Leader side: run one session to `addr` over a pooled or new connection.
-pub fn open<'s, S>(client: &'s PeerClient, pool: &'s Pool, addr: &'s str, requests: S) -> BoxFuture<'s, Result<Results<'s>, RPCError<TypeConfig>>>
+pub fn open<'s, S>(
+    client: &'s PeerClient,
+    pool: &'s Pool,
+    addr: &'s str,
+    requests: S,
+) -> BoxFuture<'s, Result<Results<'s>, RPCError<TypeConfig>>>
 where
     S: futures::Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
 {
@@ -156,7 +161,10 @@ where
         let (reader, writer) = match pool.take(addr) {
             Some(connection) => connection,
             None => {
-                let io = client.upgrade(addr, super::network::APPEND_STREAM, PROTOCOL).await.map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+                let io = client
+                    .upgrade(addr, super::network::APPEND_STREAM, PROTOCOL)
+                    .await
+                    .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
                 framed(io)
             }
         };
@@ -166,7 +174,8 @@ where
         let session = Session { reader, sender, unanswered, pool: pool.clone(), addr: addr.to_string() };
         let results = futures::stream::unfold(Some(session), |session| async move {
             let mut session = session?;
-            let failed = |reason: String| RPCError::Network(NetworkError::new(&PeerError::Unreachable { addr: session.addr.clone(), reason }));
+            let failed =
+                |reason: String| RPCError::Network(NetworkError::new(&PeerError::Unreachable { addr: session.addr.clone(), reason }));
             let frame = loop {
                 match tokio::time::timeout(MIN_RPC_TIMEOUT, session.reader.next()).await {
                     // An idle session (openraft waits for new entries) is not a silent follower.

@@ -83,7 +83,13 @@ impl Link {
     }
 
     /// Register the batch's waiters and send it; on failure they have been answered with the error.
-    async fn send(&mut self, id: u64, writes: Vec<ForwardedWrite>, replies: Vec<ReplyTo>, slot: Option<OwnedSemaphorePermit>) -> Result<(), ()> {
+    async fn send(
+        &mut self,
+        id: u64,
+        writes: Vec<ForwardedWrite>,
+        replies: Vec<ReplyTo>,
+        slot: Option<OwnedSemaphorePermit>,
+    ) -> Result<(), ()> {
         match self.waiting.lock().unwrap().as_mut() {
             Some(waiting) => waiting.insert(id, (replies, slot, Instant::now())),
             None => {

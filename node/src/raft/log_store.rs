@@ -79,7 +79,8 @@ impl LogStore {
         txn.open_table(LOGS).map_err(io_error)?;
         txn.open_table(META).map_err(io_error)?;
         txn.commit().map_err(io_error)?;
-        let shared = Arc::new(Shared { db, unflushed: Mutex::default(), unsaved_committed: Mutex::default(), removing: Default::default() });
+        let shared =
+            Arc::new(Shared { db, unflushed: Mutex::default(), unsaved_committed: Mutex::default(), removing: Default::default() });
         let (queue, ops) = mpsc::channel();
         let thread = std::thread::Builder::new().name("raft-log-writer".into()).spawn({
             let shared = shared.clone();

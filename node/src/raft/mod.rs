@@ -21,7 +21,7 @@ pub mod sm_store;
 pub mod state_machine;
 pub mod types;
 
-pub use node::{ClusterStatus, Membership, RaftNode, RaftMailbox, RaftNodeConfig, RaftSessions, RaftStoreError};
+pub use node::{ClusterStatus, Membership, RaftMailbox, RaftNode, RaftNodeConfig, RaftSessions, RaftStoreError};
 
 use crate::metrics::Metrics;
 use std::sync::Arc;

@@ -3,11 +3,11 @@
 
 use super::state_machine::{Command, Response, WriteId};
 use super::types::{TypeConfig, Vote, decode, encode};
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 use openraft::BasicNode;
 use openraft::errors::{NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, v2::RaftNetworkV2};
-use futures::future::BoxFuture;
-use futures::stream::BoxStream;
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendResult, VoteRequest, VoteResponse};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -92,11 +92,8 @@ impl PeerClient {
     }
 
     async fn send(&self, request: reqwest::RequestBuilder, addr: &str) -> Result<Vec<u8>, PeerError> {
-        let response = self
-            .authorize(request)
-            .send()
-            .await
-            .map_err(|e| PeerError::Unreachable { addr: addr.into(), reason: error_chain(&e) })?;
+        let response =
+            self.authorize(request).send().await.map_err(|e| PeerError::Unreachable { addr: addr.into(), reason: error_chain(&e) })?;
         let status = response.status();
         let body = response.bytes().await.map_err(|e| PeerError::Unreachable { addr: addr.into(), reason: error_chain(&e) })?;
         if !status.is_success() {
@@ -106,8 +103,19 @@ impl PeerClient {
     }
 
     /// POST a MessagePack body, decode a MessagePack answer.
-    pub async fn rpc<Req: Serialize, Resp: DeserializeOwned>(&self, addr: &str, path: &str, body: &Req, timeout: Duration) -> Result<Resp, PeerError> {
-        let request = self.http.post(format!("http://{addr}{path}")).timeout(timeout).header("content-type", "application/msgpack").body(encode(body));
+    pub async fn rpc<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        addr: &str,
+        path: &str,
+        body: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, PeerError> {
+        let request = self
+            .http
+            .post(format!("http://{addr}{path}"))
+            .timeout(timeout)
+            .header("content-type", "application/msgpack")
+            .body(encode(body));
         let bytes = self.send(request, addr).await?;
         decode(&bytes).map_err(|e| PeerError::Decode { addr: addr.into(), reason: e.to_string() })
     }
@@ -197,7 +205,12 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
 }
 
 impl Connection {
-    async fn call<Req: Serialize, Resp: DeserializeOwned>(&self, path: &str, body: &Req, timeout: Duration) -> Result<Resp, RPCError<TypeConfig>> {
+    async fn call<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, RPCError<TypeConfig>> {
         let reply: Result<Resp, RaftError<TypeConfig>> = self.client.rpc(&self.addr, path, body, timeout).await.map_err(|e| match e {
             PeerError::Decode { .. } | PeerError::Status { .. } => RPCError::Network(NetworkError::new(&e)),
             PeerError::Unreachable { .. } => RPCError::Unreachable(Unreachable::new(&e)),
@@ -214,7 +227,11 @@ pub(super) const MIN_RPC_TIMEOUT: Duration = Duration::from_secs(2);
 impl RaftNetworkV2<TypeConfig> for Connection {
     type SnapshotData = Vec<u8>;
 
-    async fn append_entries(&mut self, rpc: AppendEntriesRequest<TypeConfig>, option: RPCOption) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
         self.call(APPEND, &rpc, option.hard_ttl().max(MIN_RPC_TIMEOUT)).await
     }
 

@@ -2,8 +2,8 @@
 //! joins the cluster, proposes writes (forwarding them to the leader), and serves linearizable
 //! reads. It is also the replicated [`Mailbox`] and [`SessionStore`].
 
-use super::log_store::LogStore;
 use super::forwarder::Forwarder;
+use super::log_store::LogStore;
 use super::network::{ForwardedWrite, NetworkFactory, PeerClient, PeerError, Refusal, WriteReply};
 use super::sm_store::{StateMachineStore, Watch};
 use super::state_machine::{Command, Millis, Request, Response, WriteId};

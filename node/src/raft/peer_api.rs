@@ -3,7 +3,6 @@
 
 use super::network::{self as net, ReadIndexReply, Refusal};
 use super::node::{RaftNode, RaftStoreError};
-use std::future::Future;
 use super::types::{Snapshot, SnapshotBlob, TypeConfig, decode, encode};
 use crate::metrics::Metrics;
 use axum::Router;
@@ -17,6 +16,7 @@ use openraft::errors::RaftError;
 use openraft::raft::{AppendEntriesRequest, VoteRequest};
 use serde::Deserialize;
 use serde_json::json;
+use std::future::Future;
 use std::sync::Arc;
 
 #[derive(Clone)]
@@ -121,7 +121,12 @@ async fn snapshot(State(s): State<PeerState>, bytes: Bytes) -> Response {
     if decode::<super::state_machine::StateMachine>(&data).is_err() {
         return (StatusCode::BAD_REQUEST, "malformed snapshot data").into_response();
     }
-    let reply = s.node.raft.install_full_snapshot(vote, Snapshot { meta, snapshot: data.into_owned() }).await.map_err(RaftError::<TypeConfig>::Fatal);
+    let reply = s
+        .node
+        .raft
+        .install_full_snapshot(vote, Snapshot { meta, snapshot: data.into_owned() })
+        .await
+        .map_err(RaftError::<TypeConfig>::Fatal);
     msgpack(&reply)
 }
 

@@ -221,7 +221,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let sm: StateMachine = decode(&snapshot).map_err(io_error)?;
         let this = self.clone();
         let m = meta.clone();
-        let snapshot = tokio::task::spawn_blocking(move || this.write_snapshot_file(&m, &snapshot).map(|_| snapshot)).await.map_err(io_error)??;
+        let snapshot =
+            tokio::task::spawn_blocking(move || this.write_snapshot_file(&m, &snapshot).map(|_| snapshot)).await.map_err(io_error)??;
         let mut inner = self.lock();
         inner.sm = sm;
         inner.last_applied = meta.last_log_id;

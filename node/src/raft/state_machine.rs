@@ -27,16 +27,39 @@ pub struct WriteId {
 /// One replicated command.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Command {
-    MailboxCreate { key: MailboxKey, owner: NodeId, ttl_ms: Millis },
+    MailboxCreate {
+        key: MailboxKey,
+        owner: NodeId,
+        ttl_ms: Millis,
+    },
     /// `value` is the client's JSON-RPC response, as JSON text.
-    MailboxDeliver { key: MailboxKey, value: String },
-    MailboxDelete { key: MailboxKey },
-    SessionCreate { record: SessionRecord, ttl_ms: Millis },
-    SessionSetLogLevel { id: SessionId, level: LogLevel },
-    SessionSubscribe { id: SessionId, uri: String, subscribed: bool },
+    MailboxDeliver {
+        key: MailboxKey,
+        value: String,
+    },
+    MailboxDelete {
+        key: MailboxKey,
+    },
+    SessionCreate {
+        record: SessionRecord,
+        ttl_ms: Millis,
+    },
+    SessionSetLogLevel {
+        id: SessionId,
+        level: LogLevel,
+    },
+    SessionSubscribe {
+        id: SessionId,
+        uri: String,
+        subscribed: bool,
+    },
     /// Push a session's expiry out to `now + ttl`.
-    SessionTouch { id: SessionId },
-    SessionDelete { id: SessionId },
+    SessionTouch {
+        id: SessionId,
+    },
+    SessionDelete {
+        id: SessionId,
+    },
     /// Only advances time (and with it expiry).
     Tick,
 }
@@ -210,7 +233,8 @@ impl StateMachine {
             }
             Command::SessionCreate { record, ttl_ms } => {
                 let expires_at = now.saturating_add(*ttl_ms);
-                if let Some(old) = self.sessions.insert(record.id.clone(), Session { record: record.clone(), ttl_ms: *ttl_ms, expires_at }) {
+                if let Some(old) = self.sessions.insert(record.id.clone(), Session { record: record.clone(), ttl_ms: *ttl_ms, expires_at })
+                {
                     self.sessions_by_expiry.remove(&(old.expires_at, record.id.clone()));
                 }
                 self.sessions_by_expiry.insert((expires_at, record.id.clone()));

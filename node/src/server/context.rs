@@ -223,7 +223,12 @@ impl RequestContext {
     }
 
     /// Send the user to a URL (`elicitation/create`, URL mode, 2025-11-25).
-    pub async fn elicit_url(&self, message: impl Into<String>, url: &str, elicitation_id: &str) -> Result<ElicitResult, ClientRequestError> {
+    pub async fn elicit_url(
+        &self,
+        message: impl Into<String>,
+        url: &str,
+        elicitation_id: &str,
+    ) -> Result<ElicitResult, ClientRequestError> {
         if !self.scope.session.capabilities.elicitation_url() {
             return Err(ClientRequestError::CapabilityMissing("elicitation.url"));
         }
@@ -258,7 +263,11 @@ impl RequestContext {
         let key = MailboxKey::random();
         let ttl = timeout + MAILBOX_GRACE;
         server.mailbox().create(&key, server.node_id(), ttl).await?;
-        let sealed = correlation::SealedRequest { key: key.clone(), owner: server.node_id(), deadline_ms: crate::clock::now_ms() + ttl.as_millis() as u64 };
+        let sealed = correlation::SealedRequest {
+            key: key.clone(),
+            owner: server.node_id(),
+            deadline_ms: crate::clock::now_ms() + ttl.as_millis() as u64,
+        };
         let id = server.sealer().seal_request(&sealed, self.scope.session.id.as_str());
         tracing::info!(%key, %kind, session = %self.scope.session.id, "server-to-client request sent; parked");
         if let Err(e) = self.send(Message::request(id.clone(), method, params)) {

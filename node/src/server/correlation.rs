@@ -127,9 +127,10 @@ impl IdSealer {
         }
         let (nonce, rest) = raw.split_at(12);
         let (fingerprint, sealed) = rest.split_at(FINGERPRINT);
-        let plain = self.cipher.decrypt(Nonce::from_slice(nonce), Payload { msg: sealed, aad: session.as_bytes() }).map_err(|_| {
-            if fingerprint == self.fingerprint(session) { OpenError::Tampered } else { OpenError::WrongSession }
-        })?;
+        let plain = self
+            .cipher
+            .decrypt(Nonce::from_slice(nonce), Payload { msg: sealed, aad: session.as_bytes() })
+            .map_err(|_| if fingerprint == self.fingerprint(session) { OpenError::Tampered } else { OpenError::WrongSession })?;
         match plain.split_first() {
             Some((k, fields)) if *k == kind => Ok(fields.to_vec()),
             _ => Err(OpenError::Foreign),
@@ -215,7 +216,12 @@ mod tests {
         let id = IdSealer::random().seal_request(&request(), "s");
         assert!(matches!(IdSealer::random().open_request(&id, "s", 0), Err(OpenError::WrongSession | OpenError::Tampered)));
         let sealer = IdSealer::random();
-        for foreign in [RequestId::Number(1), RequestId::String("sb:abc".into()), RequestId::String("sb1.!!".into()), RequestId::String("sb1.AAAA".into())] {
+        for foreign in [
+            RequestId::Number(1),
+            RequestId::String("sb:abc".into()),
+            RequestId::String("sb1.!!".into()),
+            RequestId::String("sb1.AAAA".into()),
+        ] {
             assert_eq!(sealer.open_request(&foreign, "s", 0), Err(OpenError::Foreign));
         }
         // An event id is not a request id.

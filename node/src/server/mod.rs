@@ -9,18 +9,15 @@ mod registry;
 
 pub use context::{ClientRequestError, MAILBOX_GRACE, Outbound, OutboundSink, Outgoing, RequestContext, RequestKind, StreamClosed};
 pub use registry::{
-    Completer, HandlerResult, PromptDef, ResourceDef, ResourceMeta, SchemaError, ToolDef, ToolError, match_template,
-    paginate, schema_for,
+    Completer, HandlerResult, PromptDef, ResourceDef, ResourceMeta, SchemaError, ToolDef, ToolError, match_template, paginate, schema_for,
 };
 
-use context::RequestScope;
 use crate::mailbox::{DeliverOutcome, Mailbox};
 use crate::metrics::Metrics;
 use crate::protocol::jsonrpc::{ErrorObject, Message, RESOURCE_NOT_FOUND, RequestId};
-use crate::protocol::types::{
-    CallToolResult, Implementation, InitializeParams, LogLevel, negotiate_version,
-};
+use crate::protocol::types::{CallToolResult, Implementation, InitializeParams, LogLevel, negotiate_version};
 use crate::session::{SessionError, SessionId, SessionRecord, SessionStore};
+use context::RequestScope;
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -398,10 +395,7 @@ impl Server {
         let page_size = self.inner.config.page_size;
         match method {
             "ping" => Ok(json!({})),
-            "initialize" => Err(ErrorObject::new(
-                crate::protocol::jsonrpc::INVALID_REQUEST,
-                "the session is already initialized",
-            )),
+            "initialize" => Err(ErrorObject::new(crate::protocol::jsonrpc::INVALID_REQUEST, "the session is already initialized")),
             "tools/list" => {
                 let defs: Vec<Value> = self.inner.registry.read().unwrap().tools.iter().map(|t| t.definition()).collect();
                 let (page, next) = paginate(&defs, cursor.as_deref(), page_size)?;
@@ -494,7 +488,8 @@ impl Server {
 
     fn complete(&self, params: &Value) -> Result<Value, ErrorObject> {
         let reference = params.get("ref").ok_or_else(|| ErrorObject::invalid_params("missing ref"))?;
-        let arg_name = params.pointer("/argument/name").and_then(Value::as_str).ok_or_else(|| ErrorObject::invalid_params("missing argument.name"))?;
+        let arg_name =
+            params.pointer("/argument/name").and_then(Value::as_str).ok_or_else(|| ErrorObject::invalid_params("missing argument.name"))?;
         let prefix = params.pointer("/argument/value").and_then(Value::as_str).unwrap_or("");
         let context = params.pointer("/context/arguments").and_then(Value::as_object).cloned().unwrap_or_default();
         let registry = self.inner.registry.read().unwrap();

@@ -45,13 +45,9 @@ impl<E: std::error::Error> From<E> for ToolError {
 
 pub type HandlerResult<T> = Result<T, ToolError>;
 type ToolHandler = Arc<dyn Fn(RequestContext, Value) -> BoxFuture<'static, HandlerResult<CallToolResult>> + Send + Sync>;
-type PromptHandler =
-    Arc<dyn Fn(RequestContext, Map<String, Value>) -> BoxFuture<'static, HandlerResult<GetPromptResult>> + Send + Sync>;
-type ResourceHandler = Arc<
-    dyn Fn(RequestContext, String, HashMap<String, String>) -> BoxFuture<'static, HandlerResult<Vec<ResourceContents>>>
-        + Send
-        + Sync,
->;
+type PromptHandler = Arc<dyn Fn(RequestContext, Map<String, Value>) -> BoxFuture<'static, HandlerResult<GetPromptResult>> + Send + Sync>;
+type ResourceHandler =
+    Arc<dyn Fn(RequestContext, String, HashMap<String, String>) -> BoxFuture<'static, HandlerResult<Vec<ResourceContents>>> + Send + Sync>;
 /// Suggests values for one argument: `(argument name, typed prefix, other arguments) -> values`.
 pub type Completer = Arc<dyn Fn(&str, &str, &Map<String, Value>) -> Vec<String> + Send + Sync>;
 
@@ -236,10 +232,7 @@ impl PromptDef {
     pub(crate) async fn get(&self, ctx: RequestContext, arguments: Map<String, Value>) -> HandlerResult<GetPromptResult> {
         for arg in self.arguments.iter().filter(|a| a.required) {
             if !arguments.contains_key(&arg.name) {
-                return Err(ToolError::rpc(ErrorObject::invalid_params(format!(
-                    "prompt {} needs argument {}",
-                    self.name, arg.name
-                ))));
+                return Err(ToolError::rpc(ErrorObject::invalid_params(format!("prompt {} needs argument {}", self.name, arg.name))));
             }
         }
         (self.handler)(ctx, arguments).await
@@ -361,7 +354,12 @@ impl ResourceDef {
         match_template(&self.uri, uri)
     }
 
-    pub(crate) async fn read(&self, ctx: RequestContext, uri: String, vars: HashMap<String, String>) -> HandlerResult<Vec<ResourceContents>> {
+    pub(crate) async fn read(
+        &self,
+        ctx: RequestContext,
+        uri: String,
+        vars: HashMap<String, String>,
+    ) -> HandlerResult<Vec<ResourceContents>> {
         (self.handler)(ctx, uri, vars).await
     }
 }

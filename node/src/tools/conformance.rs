@@ -153,10 +153,15 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
             },
         ));
     let builder = builder
-        .prompt(PromptDef::new("test_simple_prompt", |_, _| async {
-            Ok(GetPromptResult { description: None, messages: vec![PromptMessage::user(Content::text("This is a simple prompt for testing."))] })
-        })
-        .description("A simple prompt without arguments"))
+        .prompt(
+            PromptDef::new("test_simple_prompt", |_, _| async {
+                Ok(GetPromptResult {
+                    description: None,
+                    messages: vec![PromptMessage::user(Content::text("This is a simple prompt for testing."))],
+                })
+            })
+            .description("A simple prompt without arguments"),
+        )
         .prompt(
             PromptDef::new("test_prompt_with_arguments", |_, args| async move {
                 let text = format!("Prompt with arguments: arg1='{}', arg2='{}'", arg_str(&args, "arg1"), arg_str(&args, "arg2"));
@@ -166,12 +171,17 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
             .argument("arg1", "First test argument", true)
             .argument("arg2", "Second test argument", true)
             .completer(|_, prefix, _| {
-                ["paris", "park", "party", "test", "testing", "tested"].iter().filter(|v| v.starts_with(prefix)).map(|v| v.to_string()).collect()
+                ["paris", "park", "party", "test", "testing", "tested"]
+                    .iter()
+                    .filter(|v| v.starts_with(prefix))
+                    .map(|v| v.to_string())
+                    .collect()
             }),
         )
         .prompt(
             PromptDef::new("test_prompt_with_embedded_resource", |_, args| async move {
-                let resource = ResourceContents::text(arg_str(&args, "resourceUri"), "text/plain", "Embedded resource content for testing.");
+                let resource =
+                    ResourceContents::text(arg_str(&args, "resourceUri"), "text/plain", "Embedded resource content for testing.");
                 Ok(GetPromptResult {
                     description: None,
                     messages: vec![
@@ -198,7 +208,10 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
             ResourceDef::text("test://static-text", "static-text", "text/plain", "This is the content of the static text resource.")
                 .description("A static text resource for testing"),
         )
-        .resource(ResourceDef::blob("test://static-binary", "static-binary", "image/png", &png).description("A static binary resource (image) for testing"))
+        .resource(
+            ResourceDef::blob("test://static-binary", "static-binary", "image/png", &png)
+                .description("A static binary resource (image) for testing"),
+        )
         .resource(
             ResourceDef::text("test://watched-resource", "watched-resource", "text/plain", "Watched resource content")
                 .description("A resource that can be subscribed to"),

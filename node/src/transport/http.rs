@@ -95,7 +95,11 @@ pub fn clustered_router(server: Server, config: HttpConfig, streams: Arc<StreamR
 /// Serve `router` on `listener` with TCP_NODELAY (small SSE writes must not wait for ACKs) and
 /// keepalive probes (a peer or client that vanished without closing its long-lived connection
 /// is noticed within about half a minute, and its task ends).
-pub async fn serve(listener: tokio::net::TcpListener, router: Router, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     use axum::serve::ListenerExt;
     let listener = listener.tap_io(|tcp| tune(tcp));
     axum::serve(listener, router).with_graceful_shutdown(shutdown).await
@@ -160,10 +164,7 @@ fn check_protocol_version(headers: &HeaderMap) -> Result<(), Response> {
     match headers.get(PROTOCOL_VERSION_HEADER).map(|v| v.to_str()) {
         None => Ok(()),
         Some(Ok(v)) if is_supported_version(v) => Ok(()),
-        Some(v) => Err(http_error(
-            StatusCode::BAD_REQUEST,
-            format!("Unsupported MCP-Protocol-Version: {}", v.unwrap_or("<non-ASCII>")),
-        )),
+        Some(v) => Err(http_error(StatusCode::BAD_REQUEST, format!("Unsupported MCP-Protocol-Version: {}", v.unwrap_or("<non-ASCII>")))),
     }
 }
 

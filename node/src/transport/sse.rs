@@ -7,8 +7,8 @@
 //! goes on.
 
 use crate::protocol::jsonrpc::Message;
-use crate::server::{OutboundSink, Outgoing, StreamClosed};
 use crate::server::correlation::{IdSealer, SealedEvent};
+use crate::server::{OutboundSink, Outgoing, StreamClosed};
 use crate::session::SessionId;
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
@@ -108,7 +108,12 @@ impl EventLog {
 
     /// An SSE body over this log from sequence `from` on, as encoded bytes. The first event
     /// carries `retry`; idle periods get keep-alive comments.
-    pub fn reader(self: &Arc<Self>, from: u64, retry: Duration, keep_alive: Duration) -> impl futures::Stream<Item = Result<Bytes, Infallible>> + use<> {
+    pub fn reader(
+        self: &Arc<Self>,
+        from: u64,
+        retry: Duration,
+        keep_alive: Duration,
+    ) -> impl futures::Stream<Item = Result<Bytes, Infallible>> + use<> {
         let generation = self.state.lock().unwrap().reader_generation;
         futures::stream::unfold((self.clone(), from, true), move |(log, mut cursor, first)| async move {
             loop {
@@ -299,7 +304,14 @@ pub trait StreamRelay: Send + Sync {
 
 impl StreamRegistry {
     /// The SSE body of a local stream of `session` from sequence `from` on, for a relay.
-    pub fn reader_for(&self, session: &SessionId, stream: u64, from: u64, retry: Duration, keep_alive: Duration) -> Option<impl futures::Stream<Item = Result<Bytes, Infallible>> + use<>> {
+    pub fn reader_for(
+        &self,
+        session: &SessionId,
+        stream: u64,
+        from: u64,
+        retry: Duration,
+        keep_alive: Duration,
+    ) -> Option<impl futures::Stream<Item = Result<Bytes, Infallible>> + use<>> {
         let log = self.find(stream).filter(|log| &log.session == session)?;
         Some(log.reader(from, retry, keep_alive))
     }

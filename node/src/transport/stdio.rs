@@ -7,7 +7,11 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 /// Serve one client until `input` ends. The single session lives as long as the process.
-pub async fn run(server: Server, input: impl AsyncBufRead + Unpin, mut output: impl AsyncWrite + Unpin + Send + 'static) -> std::io::Result<()> {
+pub async fn run(
+    server: Server,
+    input: impl AsyncBufRead + Unpin,
+    mut output: impl AsyncWrite + Unpin + Send + 'static,
+) -> std::io::Result<()> {
     let (tx, mut rx) = mpsc::unbounded_channel::<Outgoing>();
     let out = Outbound::new(tx);
     let writer = tokio::spawn(async move {

@@ -144,7 +144,8 @@ impl TestCluster {
             metrics: (0..n).map(|_| Arc::new(Metrics::new())).collect(),
             tweak,
         };
-        let starts: Vec<_> = listeners.into_iter().enumerate().map(|(i, l)| Member::start(cluster.config(i), l, cluster.metrics[i].clone())).collect();
+        let starts: Vec<_> =
+            listeners.into_iter().enumerate().map(|(i, l)| Member::start(cluster.config(i), l, cluster.metrics[i].clone())).collect();
         for (i, member) in futures::future::join_all(starts).await.into_iter().enumerate() {
             cluster.members[i] = Some(member.expect("member starts"));
         }

@@ -7,13 +7,13 @@ use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use switchboard_node::Server;
 use switchboard_node::mailbox::InMemoryMailbox;
 use switchboard_node::protocol::types::CallToolResult;
 use switchboard_node::server::{ServerBuilder, ServerConfig, ToolDef};
 use switchboard_node::session::InMemorySessionStore;
 use switchboard_node::tools::ToolSet;
 use switchboard_node::transport::http::{self, HttpConfig};
-use switchboard_node::Server;
 use tokio::sync::oneshot;
 
 pub struct TestServer {

@@ -206,7 +206,12 @@ mod tests;
 
 /// Every child as JSON, in apply order (the Secret first, when there is one to generate).
 /// Used by `switchboard-operator render` and the tests that run the pod template.
-pub fn children(target: &Target, settings: &Settings, rollout: Rollout, material: Option<&SecretMaterial>) -> Result<Vec<serde_json::Value>> {
+pub fn children(
+    target: &Target,
+    settings: &Settings,
+    rollout: Rollout,
+    material: Option<&SecretMaterial>,
+) -> Result<Vec<serde_json::Value>> {
     let json = |v: serde_json::Result<serde_json::Value>| v.map_err(|e| Error::Serialization(e.to_string()));
     let mut out = Vec::new();
     if let (None, Some(material)) = (&target.mcp.spec.secret_ref, material) {

@@ -4,18 +4,18 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{
-    Affinity, Capabilities, ConfigMapKeySelector, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
-    EnvVarSource, HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile,
-    SecretVolumeSource, SecurityContext, Volume, VolumeMount, VolumeResourceRequirements, WeightedPodAffinityTerm,
+    Affinity, Capabilities, ConfigMapKeySelector, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction,
+    ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, SeccompProfile, SecretVolumeSource, SecurityContext, Volume, VolumeMount, VolumeResourceRequirements,
+    WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::config::{self, config_hash};
 use super::{
-    CLUSTER_SECRET_KEY, CONFIG_HASH_ANNOTATION, CONTAINER, DATA_DIR, ENCRYPTION_KEY_KEY, INITIAL_MEMBERS_ANNOTATION,
-    MCP_PORT, METRICS_PORT, PEER_PORT, Rollout, SECRET_DIR, Settings, Target,
+    CLUSTER_SECRET_KEY, CONFIG_HASH_ANNOTATION, CONTAINER, DATA_DIR, ENCRYPTION_KEY_KEY, INITIAL_MEMBERS_ANNOTATION, MCP_PORT,
+    METRICS_PORT, PEER_PORT, Rollout, SECRET_DIR, Settings, Target,
 };
 
 /// The non-root user and group the node runs as (the image's `nonroot` user).

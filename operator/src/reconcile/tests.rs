@@ -362,7 +362,10 @@ async fn scale_down_removes_members_highest_first_before_their_pods_go() {
     fake.clear_calls();
     let replicas = drive(&ctx, &fake, &smaller, 10).await;
 
-    assert_eq!(admin.calls(), vec![format!("remove 4 via {}", RecordedAdmin::addr("demo", 0)), format!("remove 3 via {}", RecordedAdmin::addr("demo", 0))]);
+    assert_eq!(
+        admin.calls(),
+        vec![format!("remove 4 via {}", RecordedAdmin::addr("demo", 0)), format!("remove 3 via {}", RecordedAdmin::addr("demo", 0))]
+    );
     // Pod 4 stays until node 4 is out, pod 3 until node 3 is out.
     assert_eq!(replicas.first(), Some(&5));
     assert_eq!(replicas.last(), Some(&3));
