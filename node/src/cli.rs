@@ -1,11 +1,13 @@
 //! The `switchboard` command line. Every flag has a `SWITCHBOARD_*` environment twin.
 
-use crate::mailbox::{InMemoryMailbox, Mailbox};
+use crate::cluster::{Node, NodeError, Store};
+use crate::mailbox::InMemoryMailbox;
 use crate::metrics::Metrics;
-use crate::raft::{ClusterStatus, Member, Membership, RaftNodeConfig, network::PeerClient};
+use crate::peer::{PeerClient, PeerError, routes};
+use crate::raft::{ClusterStatus, Membership, RaftNodeConfig};
 use crate::server::correlation::IdSealer;
-use crate::server::{Server, ServerBuilder, ServerConfig};
-use crate::session::{InMemorySessionStore, SessionStore};
+use crate::server::{ServerBuilder, ServerConfig};
+use crate::session::InMemorySessionStore;
 use crate::tools::ToolSet;
 use crate::transport::{http, stdio};
 use clap::{Args, Parser, Subcommand};
@@ -209,11 +211,9 @@ pub enum CliError {
     #[error("could not read {path}: {source}")]
     ReadFile { path: PathBuf, source: std::io::Error },
     #[error(transparent)]
-    Raft(#[from] crate::raft::RaftStoreError),
+    Node(#[from] NodeError),
     #[error(transparent)]
-    Peer(#[from] crate::raft::network::PeerError),
-    #[error("could not listen on {addr}: {source}")]
-    Listen { addr: SocketAddr, source: std::io::Error },
+    Peer(#[from] PeerError),
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }
@@ -251,30 +251,15 @@ fn init_tracing(format: LogFormat) {
     };
 }
 
-fn build_server(
-    common: &CommonArgs,
-    node_id: u64,
-    metrics: Arc<Metrics>,
-    sealer: Arc<IdSealer>,
-    mailbox: Arc<dyn Mailbox>,
-    sessions: Arc<dyn SessionStore>,
-    cluster: Option<Arc<dyn crate::server::ClusterLink>>,
-) -> Server {
+/// The server `switchboard` runs: the chosen tool set, the flags' timeouts and page size.
+fn server_builder(common: &CommonArgs, node_id: u64, sealer: Arc<IdSealer>) -> ServerBuilder {
     let config = ServerConfig {
         node_id,
         elicitation_timeout: common.elicitation_timeout,
         sampling_timeout: common.sampling_timeout,
         page_size: common.page_size as usize,
     };
-    let mut builder = ServerBuilder::new("switchboard", env!("CARGO_PKG_VERSION")).config(config).metrics(metrics).id_sealer(sealer);
-    if let Some(link) = cluster {
-        builder = builder.cluster(link);
-    }
-    common.tools.register(builder).build(mailbox, sessions)
-}
-
-fn in_memory(common: &CommonArgs) -> (Arc<dyn Mailbox>, Arc<dyn SessionStore>) {
-    (Arc::new(InMemoryMailbox::new()), Arc::new(InMemorySessionStore::new(common.session_ttl)))
+    common.tools.register(ServerBuilder::new("switchboard", env!("CARGO_PKG_VERSION")).config(config).id_sealer(sealer))
 }
 
 /// A secret from a file (trimmed); refuses an empty one.
@@ -346,30 +331,7 @@ async fn shutdown_signal() {
 }
 
 async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, CliError> {
-    tokio::net::TcpListener::bind(addr).await.map_err(|source| CliError::Listen { addr, source })
-}
-
-/// The metrics and health endpoints. `/readyz` answers 503 until `ready()` holds (a Raft
-/// member is ready once it knows a leader).
-pub fn metrics_router(metrics: Arc<Metrics>, ready: Arc<dyn Fn() -> bool + Send + Sync>) -> axum::Router {
-    use axum::http::StatusCode;
-    use axum::routing::get;
-    axum::Router::new()
-        .route(
-            "/metrics",
-            get(move || {
-                let m = metrics.clone();
-                async move { m.encode() }
-            }),
-        )
-        .route("/healthz", get(|| async { "ok" }))
-        .route(
-            "/readyz",
-            get(move || {
-                let ready = ready();
-                async move { if ready { (StatusCode::OK, "ready") } else { (StatusCode::SERVICE_UNAVAILABLE, "no Raft leader known yet") } }
-            }),
-        )
+    tokio::net::TcpListener::bind(addr).await.map_err(|source| CliError::Node(NodeError::Listen { addr, source }))
 }
 
 async fn serve(args: ServeArgs) -> Result<(), CliError> {
@@ -399,44 +361,31 @@ async fn serve(args: ServeArgs) -> Result<(), CliError> {
         // A lone node: ids only ever come back to this process.
         None => IdSealer::random(),
     };
-    let metrics = Arc::new(Metrics::new());
-    let (mailbox, sessions, member) = match args.store {
-        StoreKind::Memory => {
-            let (m, s) = in_memory(&args.common);
-            (m, s, None)
-        }
+    let store = match args.store {
+        StoreKind::Memory => Store::Memory { session_ttl: args.common.session_ttl },
         StoreKind::Raft => {
             let mut config = raft_config(&args, node_id)?;
             config.key_fingerprint = Some(sealer.key_fingerprint());
-            let listener = bind(args.peer_listen).await?;
-            tracing::info!(node_id, peer = %listener.local_addr()?, advertise = %config.advertise, data_dir = %config.data_dir.display(), "starting Raft member");
-            let member = Member::start(config, listener, metrics.clone()).await?;
-            (Arc::new(member.mailbox()) as Arc<dyn Mailbox>, Arc::new(member.sessions()) as Arc<dyn SessionStore>, Some(member))
+            let peer_listener = bind(args.peer_listen).await?;
+            tracing::info!(node_id, peer = %peer_listener.local_addr()?, advertise = %config.advertise, data_dir = %config.data_dir.display(), "starting Raft member");
+            Store::Raft { config, peer_listener }
         }
     };
-    let link = member.as_ref().map(|m| m.link() as Arc<dyn crate::server::ClusterLink>);
-    let server = build_server(&args.common, node_id, metrics.clone(), Arc::new(sealer), mailbox, sessions, link);
     let config = http::HttpConfig {
         max_body_bytes: args.max_body_bytes,
         allowed_hosts: args.allowed_hosts.clone(),
         standalone_stream: !args.no_standalone_stream,
         ..Default::default()
     };
+    let builder = server_builder(&args.common, node_id, Arc::new(sealer));
+    let node = Node::assemble(builder, store, config, Arc::new(Metrics::new())).await?;
     let mcp = bind(args.listen).await?;
     let metrics_listener = bind(args.metrics_listen).await?;
     tracing::info!(node_id, listen = %mcp.local_addr()?, metrics = %metrics_listener.local_addr()?, "switchboard node serving MCP at /mcp");
-    let ready_node = member.as_ref().map(|m| m.node.clone());
-    let ready = Arc::new(move || ready_node.as_ref().is_none_or(|n| n.leader_id().is_some()));
-    let metrics_task = tokio::spawn(http::serve(metrics_listener, metrics_router(metrics, ready), shutdown_signal()));
-    let router = match &member {
-        Some(member) => member.mcp_router(server, config),
-        None => http::router(server, config),
-    };
-    http::serve(mcp, router, shutdown_signal()).await?;
+    let metrics_task = tokio::spawn(http::serve(metrics_listener, node.metrics_router(), shutdown_signal()));
+    http::serve(mcp, node.mcp_router(), shutdown_signal()).await?;
     metrics_task.abort();
-    if let Some(member) = member {
-        member.stop().await;
-    }
+    node.stop().await;
     Ok(())
 }
 
@@ -446,16 +395,15 @@ async fn cluster(args: ClusterArgs) -> Result<(), CliError> {
         None => return Err(CliError::Config("--cluster-secret-file is required to talk to the peer port".into())),
     };
     let client = PeerClient::new(secret, None, None);
-    use crate::raft::network as net;
     let reply: serde_json::Value = match args.action {
         ClusterAction::Status => {
-            serde_json::to_value(client.admin::<ClusterStatus>(&args.peer, net::STATUS, None).await?).expect("status serializes")
+            serde_json::to_value(client.admin::<ClusterStatus>(&args.peer, routes::STATUS, None).await?).expect("status serializes")
         }
         ClusterAction::AddLearner { id, addr } => {
-            client.admin(&args.peer, net::LEARNERS, Some(&serde_json::json!({"id": id, "addr": addr}))).await?
+            client.admin(&args.peer, routes::LEARNERS, Some(&serde_json::json!({"id": id, "addr": addr}))).await?
         }
-        ClusterAction::Promote { id } => client.admin(&args.peer, net::PROMOTE, Some(&serde_json::json!({"id": id}))).await?,
-        ClusterAction::Remove { id } => client.admin(&args.peer, net::REMOVE, Some(&serde_json::json!({"id": id}))).await?,
+        ClusterAction::Promote { id } => client.admin(&args.peer, routes::PROMOTE, Some(&serde_json::json!({"id": id}))).await?,
+        ClusterAction::Remove { id } => client.admin(&args.peer, routes::REMOVE, Some(&serde_json::json!({"id": id}))).await?,
     };
     println!("{}", serde_json::to_string_pretty(&reply).expect("JSON prints"));
     Ok(())
@@ -471,16 +419,14 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Dev(args) => {
             init_tracing(args.common.log_format);
             let common = args.common.clone();
-            let build: crate::dev::BuildServer = Arc::new(move |id, metrics, sealer, member| {
-                build_server(&common, id, metrics, sealer, Arc::new(member.mailbox()), Arc::new(member.sessions()), Some(member.link()))
-            });
-            let options = crate::dev::DevOptions { listen: args.listen, nodes: args.nodes as usize, data_dir: args.data_dir, build };
-            crate::dev::run(options, shutdown_signal()).await
+            let server = Arc::new(move |id, sealer| server_builder(&common, id, sealer));
+            let options = crate::dev::DevOptions { listen: args.listen, nodes: args.nodes as usize, data_dir: args.data_dir, server };
+            Ok(crate::dev::run(options, shutdown_signal()).await?)
         }
         Command::Stdio(common) => {
             init_tracing(common.log_format);
-            let (mailbox, sessions) = in_memory(&common);
-            let server = build_server(&common, 0, Arc::new(Metrics::new()), Arc::new(IdSealer::random()), mailbox, sessions, None);
+            let builder = server_builder(&common, 0, Arc::new(IdSealer::random())).metrics(Arc::new(Metrics::new()));
+            let server = builder.build(Arc::new(InMemoryMailbox::new()), Arc::new(InMemorySessionStore::new(common.session_ttl)));
             let stdin = tokio::io::BufReader::new(tokio::io::stdin());
             Ok(stdio::run(server, stdin, tokio::io::stdout()).await?)
         }

@@ -2,9 +2,10 @@
 //! front door with no affinity, so a person can watch requests hop between replicas (every
 //! response names the node that served it in `x-switchboard-node`).
 
+use crate::cluster::{Node, NodeError, Store};
 use crate::metrics::Metrics;
-use crate::raft::{Member, Membership, RaftNodeConfig};
-use crate::server::Server;
+use crate::raft::{Membership, RaftNodeConfig};
+use crate::server::ServerBuilder;
 use crate::server::correlation::IdSealer;
 use crate::transport::http::{self, HttpConfig};
 use axum::body::Body;
@@ -69,13 +70,14 @@ async fn forward(State(door): State<FrontDoor>, request: Request) -> Response {
 
 /// One replica of the dev cluster.
 struct DevNode {
-    member: Member,
+    node: Node,
+    peer: SocketAddr,
     mcp: SocketAddr,
     metrics: SocketAddr,
 }
 
-/// Builds node `id`'s MCP server over the member's replicated stores.
-pub type BuildServer = Arc<dyn Fn(u64, Arc<Metrics>, Arc<IdSealer>, &Member) -> Server + Send + Sync>;
+/// The server node `id` runs, sealing ids with the cluster's shared key.
+pub type ServerFor = Arc<dyn Fn(u64, Arc<IdSealer>) -> ServerBuilder + Send + Sync>;
 
 /// Settings of `switchboard dev`.
 pub struct DevOptions {
@@ -83,11 +85,11 @@ pub struct DevOptions {
     pub nodes: usize,
     /// Where the nodes keep their Raft data (a temporary directory when `None`).
     pub data_dir: Option<PathBuf>,
-    pub build: BuildServer,
+    pub server: ServerFor,
 }
 
 /// Run the dev cluster until `shutdown` resolves.
-pub async fn run(options: DevOptions, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), crate::cli::CliError> {
+pub async fn run(options: DevOptions, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), NodeError> {
     let temp = tempfile::tempdir()?;
     let data_dir = options.data_dir.clone().unwrap_or_else(|| temp.path().to_path_buf());
     let secret = format!("{:032x}", rand::random::<u128>());
@@ -98,32 +100,35 @@ pub async fn run(options: DevOptions, shutdown: impl Future<Output = ()> + Send 
     }
     let peers: BTreeMap<u64, String> =
         peer_listeners.iter().enumerate().map(|(i, l)| (i as u64, l.local_addr().expect("bound").to_string())).collect();
-    let starts = peer_listeners.into_iter().enumerate().map(|(i, listener)| {
-        let mut config = RaftNodeConfig::new(i as u64, data_dir.join(format!("node-{i}")), peers[&(i as u64)].clone(), secret.clone());
+    let starts = peer_listeners.into_iter().enumerate().map(|(i, peer_listener)| {
+        let id = i as u64;
+        let mut config = RaftNodeConfig::new(id, data_dir.join(format!("node-{i}")), peers[&id].clone(), secret.clone());
         config.membership = Membership::Peers(peers.clone());
         config.key_fingerprint = Some(sealer.key_fingerprint());
-        let metrics = Arc::new(Metrics::new());
-        async move { Member::start(config, listener, metrics.clone()).await.map(|m| (m, metrics)) }
+        let peer = peer_listener.local_addr();
+        let builder = (options.server)(id, sealer.clone());
+        async move {
+            let node =
+                Node::assemble(builder, Store::Raft { config, peer_listener }, HttpConfig::default(), Arc::new(Metrics::new())).await?;
+            Ok::<_, NodeError>((node, peer?))
+        }
     });
     let mut nodes = Vec::new();
     let mut tasks = Vec::new();
-    for (i, started) in futures::future::join_all(starts).await.into_iter().enumerate() {
-        let (member, metrics) = started?;
-        let server = (options.build)(i as u64, metrics.clone(), sealer.clone(), &member);
+    for started in futures::future::join_all(starts).await {
+        let (node, peer) = started?;
         let mcp = TcpListener::bind("127.0.0.1:0").await?;
         let metrics_listener = TcpListener::bind("127.0.0.1:0").await?;
         let (mcp_addr, metrics_addr) = (mcp.local_addr()?, metrics_listener.local_addr()?);
-        tasks.push(tokio::spawn(http::serve(mcp, member.mcp_router(server, HttpConfig::default()), std::future::pending())));
-        let ready_node = member.node.clone();
-        let ready = Arc::new(move || ready_node.leader_id().is_some());
-        tasks.push(tokio::spawn(http::serve(metrics_listener, crate::cli::metrics_router(metrics, ready), std::future::pending())));
-        nodes.push(DevNode { member, mcp: mcp_addr, metrics: metrics_addr });
+        tasks.push(tokio::spawn(http::serve(mcp, node.mcp_router(), std::future::pending())));
+        tasks.push(tokio::spawn(http::serve(metrics_listener, node.metrics_router(), std::future::pending())));
+        nodes.push(DevNode { node, peer, mcp: mcp_addr, metrics: metrics_addr });
     }
-    let door = TcpListener::bind(options.listen).await.map_err(|source| crate::cli::CliError::Listen { addr: options.listen, source })?;
+    let door = TcpListener::bind(options.listen).await.map_err(|source| NodeError::Listen { addr: options.listen, source })?;
     let door_addr = door.local_addr()?;
     println!("Switchboard dev cluster: {} nodes behind a round-robin front door (no affinity)", nodes.len());
     for (i, node) in nodes.iter().enumerate() {
-        println!("  node {i}: mcp http://{}/mcp  metrics http://{}/metrics  peer {}", node.mcp, node.metrics, node.member.peer_addr);
+        println!("  node {i}: mcp http://{}/mcp  metrics http://{}/metrics  peer {}", node.mcp, node.metrics, node.peer);
     }
     println!("MCP URL: http://{door_addr}/mcp");
     println!("Each response names its node in the x-switchboard-node header. Ctrl-C stops the cluster.");
@@ -132,8 +137,8 @@ pub async fn run(options: DevOptions, shutdown: impl Future<Output = ()> + Send 
     for task in tasks {
         task.abort();
     }
-    for node in nodes {
-        node.member.stop().await;
+    for dev in nodes {
+        dev.node.stop().await;
     }
     tokio::time::sleep(Duration::from_millis(50)).await;
     println!("dev cluster stopped");

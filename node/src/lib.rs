@@ -10,13 +10,16 @@
 
 pub mod cli;
 pub mod clock;
+pub mod cluster;
 pub mod dev;
 pub mod mailbox;
 pub mod metrics;
+pub mod peer;
 pub mod protocol;
 pub mod raft;
 pub mod server;
 pub mod session;
+pub mod tasks;
 pub mod tools;
 pub mod transport;
 

@@ -1,13 +1,13 @@
 //! Prometheus metrics of one node, served on the metrics port.
 
-use crate::server::RequestKind;
+use crate::protocol::types::RequestKind;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -157,4 +157,27 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut out, &self.registry.lock().unwrap()).expect("writing to a String");
         out
     }
+}
+
+/// `/metrics`, `/healthz`, and `/readyz`, which answers 503 until `ready()` holds (a Raft member
+/// is ready once it knows a leader).
+pub fn router(metrics: Arc<Metrics>, ready: Arc<dyn Fn() -> bool + Send + Sync>) -> axum::Router {
+    use axum::http::StatusCode;
+    use axum::routing::get;
+    axum::Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let m = metrics.clone();
+                async move { m.encode() }
+            }),
+        )
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = ready();
+                async move { if ready { (StatusCode::OK, "ready") } else { (StatusCode::SERVICE_UNAVAILABLE, "no Raft leader known yet") } }
+            }),
+        )
 }

@@ -3,14 +3,15 @@
 
 mod common;
 
-use common::cluster::TestCluster;
+use common::cluster::{McpServerFor, TestCluster};
 use common::{RawClient, countdown_broken_after, data, progress_values, read_events};
 use serde_json::json;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use switchboard_node::cluster::ClusterStores;
 use switchboard_node::server::ServerConfig;
 use switchboard_node::server::correlation::IdSealer;
-use switchboard_node::transport::http::{self, HttpConfig};
+use switchboard_node::transport::http;
 
 struct McpCluster {
     raft: TestCluster,
@@ -19,20 +20,21 @@ struct McpCluster {
 }
 
 async fn start() -> McpCluster {
-    let raft = TestCluster::start(3).await;
     let sealer = Arc::new(IdSealer::random());
-    let (mut urls, mut servers) = (Vec::new(), Vec::new());
-    for i in 0..3 {
-        let member = raft.members[i].as_ref().unwrap();
-        let server = common::builder(ServerConfig { node_id: i as u64, ..Default::default() })
+    let build: McpServerFor = Arc::new(move |i, stores: ClusterStores| {
+        common::builder(ServerConfig { node_id: i as u64, ..Default::default() })
             .id_sealer(sealer.clone())
-            .cluster(member.link())
-            .build(Arc::new(member.mailbox()), Arc::new(member.sessions()));
+            .cluster(stores.link)
+            .build(stores.mailbox, stores.sessions)
+    });
+    let raft = TestCluster::start_with_mcp(3, build).await;
+    let (mut urls, mut servers) = (Vec::new(), Vec::new());
+    for member in raft.members.iter().map(|m| m.as_ref().unwrap()) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr: SocketAddr = listener.local_addr().unwrap();
-        tokio::spawn(http::serve(listener, member.mcp_router(server.clone(), HttpConfig::default()), std::future::pending()));
+        tokio::spawn(http::serve(listener, member.mcp_router().unwrap(), std::future::pending()));
         urls.push(format!("http://{addr}/mcp"));
-        servers.push(server);
+        servers.push(member.server().unwrap().clone());
     }
     McpCluster { raft, urls, servers }
 }

@@ -285,6 +285,28 @@ impl CreateMessageResult {
     }
 }
 
+/// Which kind of server-to-client request; each has its own timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestKind {
+    Elicitation,
+    Sampling,
+}
+
+impl RequestKind {
+    pub fn label(self) -> &'static str {
+        match self {
+            RequestKind::Elicitation => "elicitation",
+            RequestKind::Sampling => "sampling",
+        }
+    }
+}
+
+impl std::fmt::Display for RequestKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,14 +1,15 @@
 //! Pipelined log replication: openraft's `stream_append` over a long-lived connection per
-//! follower ([`super::peer_stream`]), so the leader sends the next batch (or a new commit index)
+//! follower ([`crate::peer::stream`]), so the leader sends the next batch (or a new commit index)
 //! without waiting for the previous answer. openraft opens a stream per replication session and
 //! per heartbeat, so a connection carries sessions one after another: the leader ends each with `End`, the follower answers
 //! `End` after the session's last result, and the connection goes back to a pool. Results come
 //! back in request order; the follower answers each once its log is flushed.
 
-use super::network::{MIN_RPC_TIMEOUT, PeerClient, PeerError};
-use super::node::RaftNode;
-use super::peer_stream::{Reader, Writer, framed, send};
+use super::Raft;
 use super::types::{TypeConfig, decode};
+use crate::peer::routes::APPEND_STREAM;
+use crate::peer::stream::{Reader, Writer, framed, send};
+use crate::peer::{MIN_RPC_TIMEOUT, PeerClient, PeerError};
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
@@ -42,12 +43,12 @@ enum ToLeader {
 
 /// Follower side: run the sessions the leader sends over `io` until it closes the connection,
 /// a frame is malformed, or Raft stops.
-pub async fn serve(node: Arc<RaftNode>, io: impl AsyncRead + AsyncWrite + Send + 'static) {
+pub async fn serve(raft: Raft, io: impl AsyncRead + AsyncWrite + Send + 'static) {
     let (mut reader, mut writer) = framed(io);
     loop {
         let (requests, input) = tokio::sync::mpsc::channel::<AppendEntriesRequest<TypeConfig>>(64);
         let mut requests = Some(requests);
-        let mut results = std::pin::pin!(node.raft.stream_append(tokio_stream_of(input)));
+        let mut results = std::pin::pin!(raft.stream_append(tokio_stream_of(input)));
         let mut results_open = true;
         // A request Raft has no room for yet. Reading stops until it is taken, but results keep
         // flowing out meanwhile: waiting for room while not writing results could stall both.
@@ -161,10 +162,7 @@ where
         let (reader, writer) = match pool.take(addr) {
             Some(connection) => connection,
             None => {
-                let io = client
-                    .upgrade(addr, super::network::APPEND_STREAM, PROTOCOL)
-                    .await
-                    .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+                let io = client.upgrade(addr, APPEND_STREAM, PROTOCOL).await.map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
                 framed(io)
             }
         };

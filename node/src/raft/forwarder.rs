@@ -1,13 +1,15 @@
 //! Carries the writes a follower forwards to the leader over one long-lived peer stream
-//! ([`super::peer_stream`]) per leader. Concurrent writes share a frame (and, on the leader, one
+//! ([`crate::peer::stream`]) per leader. Concurrent writes share a frame (and, on the leader, one
 //! Raft batch and fsync); each frame is answered, by id, once its writes have committed. With at
 //! most `MAX_IN_FLIGHT` frames unanswered, a lone write goes out at once and a burst queues into
 //! the next frame.
 
-use super::network::{ForwardedWrite, MIN_RPC_TIMEOUT, PeerClient, PeerError, WriteReply};
-use super::node::RaftNode;
-use super::peer_stream::{Accepted, Reader, Writer, framed, send};
+use super::messages::{ForwardedWrite, WriteReply};
+use super::state_machine::{Command, WriteId};
 use super::types::decode;
+use crate::peer::routes::WRITE_STREAM;
+use crate::peer::stream::{Accepted, Reader, Writer, framed, send};
+use crate::peer::{MIN_RPC_TIMEOUT, PeerClient, PeerError};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -76,7 +78,7 @@ impl Drop for Link {
 
 impl Link {
     async fn open(client: &PeerClient, addr: &str, answer_within: Duration) -> Result<Link, PeerError> {
-        let (reader, writer) = framed(client.upgrade(addr, super::network::WRITE_STREAM, PROTOCOL).await?);
+        let (reader, writer) = framed(client.upgrade(addr, WRITE_STREAM, PROTOCOL).await?);
         let waiting: Waiting = Arc::new(Mutex::new(Some(HashMap::new())));
         let reader = tokio::spawn(read_replies(reader, waiting.clone(), addr.to_string(), answer_within));
         Ok(Link { addr: addr.to_string(), writer, waiting, reader })
@@ -210,9 +212,14 @@ impl Forwarder {
     }
 }
 
+/// What the leader side needs of its node: proposing a write as leader.
+pub trait LeaderWrite: Send + Sync + 'static {
+    fn write_as_leader(&self, write: Option<WriteId>, command: Command) -> impl Future<Output = WriteReply> + Send;
+}
+
 /// Leader side: propose each batch as it arrives (batches in flight concurrently, each batch's
 /// writes together, so openraft commits them in one go) and answer it when they are done.
-pub async fn serve(node: Arc<RaftNode>, io: Accepted) {
+pub async fn serve<L: LeaderWrite>(node: Arc<L>, io: Accepted) {
     let (mut reader, mut writer) = framed(io);
     let (done, mut answers) = mpsc::unbounded_channel::<Replies>();
     let reading = async move {

@@ -1,6 +1,7 @@
-//! openraft type configuration and the binary codec used on disk and on the wire.
+//! openraft type configuration, and the snapshot's encoding on disk and on the wire.
 
 use super::state_machine::{Request, Response};
+pub use crate::peer::codec::{decode, encode};
 use serde::Serialize;
 use std::fmt;
 
@@ -19,23 +20,12 @@ openraft::declare_raft_types!(
         Node = openraft::BasicNode,
 );
 
-pub type Raft = openraft::Raft<TypeConfig, super::sm_store::StateMachineStore>;
 pub type LogId = openraft::alias::LogIdOf<TypeConfig>;
 pub type Entry = openraft::alias::EntryOf<TypeConfig>;
 pub type Vote = openraft::alias::VoteOf<TypeConfig>;
 pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
 pub type StoredMembership = openraft::alias::StoredMembershipOf<TypeConfig>;
 pub type Snapshot = openraft::alias::SnapshotOf<TypeConfig, Vec<u8>>;
-
-/// MessagePack with field names: compact, self-describing (so `serde_json::Value` and optional
-/// fields survive), and stable across field reordering.
-pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
-    rmp_serde::to_vec_named(value).expect("in-memory values always encode")
-}
-
-pub fn decode<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, rmp_serde::decode::Error> {
-    rmp_serde::from_slice(bytes)
-}
 
 pub fn io_error(e: impl std::error::Error + Send + Sync + 'static) -> std::io::Error {
     std::io::Error::other(e)

@@ -4,12 +4,12 @@
 //! Handlers never see how the answer arrives (same node, another node through Raft, or a future
 //! multi-round-trip transport); they await a typed result.
 
-use super::Server;
 use super::correlation;
-use super::registry::validation_errors;
+use super::definitions::validation_errors;
+use super::handle::Server;
 use crate::mailbox::{MailboxError, MailboxKey, WaitOutcome};
 use crate::protocol::jsonrpc::{ErrorObject, Message, RequestId};
-use crate::protocol::types::{CreateMessageParams, CreateMessageResult, ElicitAction, ElicitResult, LogLevel};
+use crate::protocol::types::{CreateMessageParams, CreateMessageResult, ElicitAction, ElicitResult, LogLevel, RequestKind};
 use crate::session::SessionRecord;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
@@ -61,28 +61,6 @@ impl<S: OutboundSink> From<Arc<S>> for Outbound {
 impl OutboundSink for mpsc::UnboundedSender<Outgoing> {
     fn send(&self, outgoing: Outgoing) -> Result<(), StreamClosed> {
         mpsc::UnboundedSender::send(self, outgoing).map_err(|_| StreamClosed)
-    }
-}
-
-/// Which kind of server-to-client request; each has its own timeout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RequestKind {
-    Elicitation,
-    Sampling,
-}
-
-impl RequestKind {
-    pub fn label(self) -> &'static str {
-        match self {
-            RequestKind::Elicitation => "elicitation",
-            RequestKind::Sampling => "sampling",
-        }
-    }
-}
-
-impl std::fmt::Display for RequestKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.label())
     }
 }
 

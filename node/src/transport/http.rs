@@ -1,6 +1,6 @@
 //! Streamable HTTP transport: one endpoint, POST/GET/DELETE, JSON or SSE chosen lazily.
 
-use super::sse::{EventLog, RelayError, StreamRegistry, StreamRelay, StreamSink};
+use super::sse::{EventLog, RelayError, StreamLogs, StreamRelay, StreamSink};
 use crate::protocol::jsonrpc::{self, ErrorObject, Message};
 use crate::protocol::types::is_supported_version;
 use crate::server::{Outbound, Outgoing, Server, SessionLookupError};
@@ -56,40 +56,66 @@ impl Default for HttpConfig {
 struct HttpState {
     server: Server,
     config: HttpConfig,
-    streams: Arc<StreamRegistry>,
+    streams: Arc<StreamLogs>,
     /// Reaches streams owned by other replicas (none for a single process).
     relay: Option<Arc<dyn StreamRelay>>,
 }
 
 type Shared = Arc<HttpState>;
 
-/// The MCP endpoint as an axum router.
+/// The MCP endpoint of one node: the server, its HTTP settings, and the streams it has served
+/// (kept for resumption, locally or relayed to another replica).
+pub struct Endpoint {
+    server: Server,
+    config: HttpConfig,
+    streams: Arc<StreamLogs>,
+}
+
+impl Endpoint {
+    pub fn new(server: Server, config: HttpConfig) -> Arc<Endpoint> {
+        let streams = StreamLogs::new(server.node_id(), server.sealer().clone(), config.stream_retention, config.stream_capacity);
+        Arc::new(Endpoint { server, config, streams })
+    }
+
+    pub fn server(&self) -> &Server {
+        &self.server
+    }
+
+    /// The endpoint as a router. In a cluster, streams another replica owns resume through
+    /// `relay`.
+    pub fn router(&self, relay: Option<Arc<dyn StreamRelay>>) -> Router {
+        let config = &self.config;
+        let node = HeaderValue::from_str(&self.server.node_id().to_string()).expect("digits are a valid header");
+        let state = Arc::new(HttpState { server: self.server.clone(), config: config.clone(), streams: self.streams.clone(), relay });
+        Router::new()
+            .route(&config.endpoint, axum::routing::post(post).get(get).delete(delete))
+            .layer(middleware::from_fn_with_state(state.clone(), check_host_and_origin))
+            .layer(DefaultBodyLimit::max(config.max_body_bytes))
+            .layer(middleware::map_response(move |mut res: Response| {
+                let node = node.clone();
+                async move {
+                    res.headers_mut().insert(HeaderName::from_static(NODE_HEADER), node);
+                    res
+                }
+            }))
+            .with_state(state)
+    }
+
+    /// The SSE body of a stream of `session` this node owns, from sequence `from` on, with this
+    /// endpoint's retry and keep-alive: what a replica that a resuming client reached relays.
+    pub fn resume(
+        &self,
+        session: &SessionId,
+        stream: u64,
+        from: u64,
+    ) -> Option<impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> + use<>> {
+        self.streams.reader_for(session, stream, from, self.config.retry, self.config.keep_alive)
+    }
+}
+
+/// The MCP endpoint of a single process as an axum router.
 pub fn router(server: Server, config: HttpConfig) -> Router {
-    let streams = registry_for(&server, &config);
-    clustered_router(server, config, streams, None)
-}
-
-/// The stream registry a router over `server` uses (create it first to share it with the peer port).
-pub fn registry_for(server: &Server, config: &HttpConfig) -> Arc<StreamRegistry> {
-    StreamRegistry::new(server.node_id(), server.sealer().clone(), config.stream_retention, config.stream_capacity)
-}
-
-/// The MCP endpoint of a cluster member: streams owned by other replicas resume through `relay`.
-pub fn clustered_router(server: Server, config: HttpConfig, streams: Arc<StreamRegistry>, relay: Option<Arc<dyn StreamRelay>>) -> Router {
-    let node = HeaderValue::from_str(&server.node_id().to_string()).expect("digits are a valid header");
-    let state = Arc::new(HttpState { server, config: config.clone(), streams, relay });
-    Router::new()
-        .route(&config.endpoint, axum::routing::post(post).get(get).delete(delete))
-        .layer(middleware::from_fn_with_state(state.clone(), check_host_and_origin))
-        .layer(DefaultBodyLimit::max(config.max_body_bytes))
-        .layer(middleware::map_response(move |mut res: Response| {
-            let node = node.clone();
-            async move {
-                res.headers_mut().insert(HeaderName::from_static(NODE_HEADER), node);
-                res
-            }
-        }))
-        .with_state(state)
+    Endpoint::new(server, config).router(None)
 }
 
 /// Serve `router` on `listener` with TCP_NODELAY (small SSE writes must not wait for ACKs) and

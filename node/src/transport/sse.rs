@@ -22,7 +22,7 @@ struct LogState {
     /// `(seq, data)`; `None` data is the priming event.
     events: VecDeque<(u64, Option<String>)>,
     next_seq: u64,
-    /// When the producer finished; the stream stays resumable for the registry's retention.
+    /// When the producer finished; the stream stays resumable for the stream logs' retention.
     closed_at: Option<Instant>,
     /// Bumped to end the readers attached so far.
     reader_generation: u64,
@@ -211,7 +211,7 @@ impl Drop for StreamSink {
 }
 
 /// The streams of this node, for resumption.
-pub struct StreamRegistry {
+pub struct StreamLogs {
     node: u64,
     sealer: Arc<IdSealer>,
     next: AtomicU64,
@@ -222,9 +222,9 @@ pub struct StreamRegistry {
     capacity: usize,
 }
 
-impl StreamRegistry {
+impl StreamLogs {
     pub fn new(node: u64, sealer: Arc<IdSealer>, retention: Duration, capacity: usize) -> Arc<Self> {
-        Arc::new(StreamRegistry {
+        Arc::new(StreamLogs {
             node,
             sealer,
             next: AtomicU64::new(1),
@@ -302,7 +302,7 @@ pub trait StreamRelay: Send + Sync {
     async fn resume(&self, owner: u64, session: &SessionId, stream: u64, from: u64) -> Result<RelayedStream, RelayError>;
 }
 
-impl StreamRegistry {
+impl StreamLogs {
     /// The SSE body of a local stream of `session` from sequence `from` on, for a relay.
     pub fn reader_for(
         &self,
@@ -322,8 +322,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn registry(retention: Duration) -> Arc<StreamRegistry> {
-        StreamRegistry::new(1, Arc::new(IdSealer::random()), retention, 16)
+    fn stream_logs(retention: Duration) -> Arc<StreamLogs> {
+        StreamLogs::new(1, Arc::new(IdSealer::random()), retention, 16)
     }
 
     fn progress(n: u64) -> Message {
@@ -344,7 +344,7 @@ mod tests {
         let sink = StreamSink::undecided(tx);
         sink.send(note(1)).unwrap();
         sink.send(note(2)).unwrap();
-        let log = registry(Duration::from_secs(60)).open(&SessionId("s".into()), false);
+        let log = stream_logs(Duration::from_secs(60)).open(&SessionId("s".into()), false);
         sink.stream_into(log.clone(), std::iter::from_fn(|| rx.try_recv().ok()));
         sink.send(note(3)).unwrap();
         assert_eq!(logged(&log), (1..=3).map(|n| progress(n).to_json()).collect::<Vec<_>>());
@@ -364,10 +364,10 @@ mod tests {
     #[test]
     fn closed_streams_stay_resumable_for_the_retention_only() {
         let session = SessionId("s".into());
-        let (kept, gone) = (registry(Duration::from_secs(60)), registry(Duration::ZERO));
-        for registry in [&kept, &gone] {
-            let log = registry.open(&session, false);
-            assert!(registry.find(log.stream).is_some(), "an open stream is always found");
+        let (kept, gone) = (stream_logs(Duration::from_secs(60)), stream_logs(Duration::ZERO));
+        for logs in [&kept, &gone] {
+            let log = logs.open(&session, false);
+            assert!(logs.find(log.stream).is_some(), "an open stream is always found");
             log.close();
         }
         assert!(kept.find(1).is_some());

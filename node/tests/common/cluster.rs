@@ -6,8 +6,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use switchboard_node::Server;
+use switchboard_node::cluster::{ClusterStores, Member};
 use switchboard_node::metrics::Metrics;
-use switchboard_node::raft::{Member, Membership, RaftMailbox, RaftNode, RaftNodeConfig, RaftSessions};
+use switchboard_node::raft::{Membership, RaftMailbox, RaftNode, RaftNodeConfig, RaftSessions};
+use switchboard_node::transport::http::HttpConfig;
 use tokio::net::{TcpListener, TcpStream};
 
 pub const SECRET: &str = "test-cluster-secret";
@@ -102,7 +105,12 @@ pub struct TestCluster {
     pub proxies: Vec<Proxy>,
     pub metrics: Vec<Arc<Metrics>>,
     pub tweak: fn(&mut RaftNodeConfig),
+    /// Builds member `i`'s MCP server over its replicated stores; `None`: no MCP endpoint.
+    pub mcp: Option<McpServerFor>,
 }
+
+/// The MCP server of member `i`.
+pub type McpServerFor = Arc<dyn Fn(usize, ClusterStores) -> Server + Send + Sync>;
 
 fn fast(config: &mut RaftNodeConfig) {
     config.heartbeat = Duration::from_millis(50);
@@ -118,15 +126,20 @@ impl TestCluster {
 
     /// `tweak` adjusts every member's configuration (after the fast test defaults).
     pub async fn start_with(n: usize, tweak: fn(&mut RaftNodeConfig)) -> TestCluster {
-        Self::start_inner(n, tweak, true).await
+        Self::start_inner(n, tweak, true, None).await
+    }
+
+    /// Members with an MCP endpoint each, built by `mcp`.
+    pub async fn start_with_mcp(n: usize, mcp: McpServerFor) -> TestCluster {
+        Self::start_inner(n, |_| {}, true, Some(mcp)).await
     }
 
     /// Members talk to each other directly, with no proxies to partition them (benchmarks).
     pub async fn start_direct(n: usize, tweak: fn(&mut RaftNodeConfig)) -> TestCluster {
-        Self::start_inner(n, tweak, false).await
+        Self::start_inner(n, tweak, false, None).await
     }
 
-    async fn start_inner(n: usize, tweak: fn(&mut RaftNodeConfig), with_proxies: bool) -> TestCluster {
+    async fn start_inner(n: usize, tweak: fn(&mut RaftNodeConfig), with_proxies: bool, mcp: Option<McpServerFor>) -> TestCluster {
         let mut listeners = Vec::new();
         let mut proxies = Vec::new();
         for _ in 0..n {
@@ -143,14 +156,25 @@ impl TestCluster {
             proxies,
             metrics: (0..n).map(|_| Arc::new(Metrics::new())).collect(),
             tweak,
+            mcp,
         };
-        let starts: Vec<_> =
-            listeners.into_iter().enumerate().map(|(i, l)| Member::start(cluster.config(i), l, cluster.metrics[i].clone())).collect();
+        let starts: Vec<_> = listeners.into_iter().enumerate().map(|(i, l)| cluster.start_member(i, l)).collect();
         for (i, member) in futures::future::join_all(starts).await.into_iter().enumerate() {
-            cluster.members[i] = Some(member.expect("member starts"));
+            cluster.members[i] = Some(member);
         }
         cluster.wait_for_leader(Duration::from_secs(10)).await;
         cluster
+    }
+
+    fn start_member(&self, i: usize, listener: TcpListener) -> impl Future<Output = Member> + 'static {
+        let (config, metrics, mcp) = (self.config(i), self.metrics[i].clone(), self.mcp.clone());
+        async move {
+            let started = match mcp {
+                Some(mcp) => Member::start_with_mcp(config, listener, metrics, HttpConfig::default(), |stores| mcp(i, stores)).await,
+                None => Member::start(config, listener, metrics).await,
+            };
+            started.expect("member starts")
+        }
     }
 
     pub fn config(&self, i: usize) -> RaftNodeConfig {
@@ -214,8 +238,7 @@ impl TestCluster {
     /// Start a stopped member again from its data directory, on its old address.
     pub async fn restart(&mut self, i: usize) {
         let listener = bind_retrying(self.listen[i]).await;
-        let member = Member::start(self.config(i), listener, self.metrics[i].clone()).await.expect("member restarts");
-        self.members[i] = Some(member);
+        self.members[i] = Some(self.start_member(i, listener).await);
     }
 
     /// Cut member `i` off: nobody reaches it, it reaches nobody. It keeps running.

@@ -15,35 +15,35 @@ use std::sync::Arc;
 /// A failure inside a handler. For tools it becomes an `isError: true` result the model can
 /// read; for prompts and resources a JSON-RPC error.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ToolError {
+pub struct HandlerError {
     pub message: String,
     /// A JSON-RPC error to answer with instead of a tool result (protocol-level failures).
     pub rpc: Option<ErrorObject>,
 }
 
-impl ToolError {
+impl HandlerError {
     pub fn new(message: impl Into<String>) -> Self {
-        ToolError { message: message.into(), rpc: None }
+        HandlerError { message: message.into(), rpc: None }
     }
     /// Fail the request itself with this JSON-RPC error.
     pub fn rpc(error: ErrorObject) -> Self {
-        ToolError { message: error.message.clone(), rpc: Some(error) }
+        HandlerError { message: error.message.clone(), rpc: Some(error) }
     }
 }
 
-impl fmt::Display for ToolError {
+impl fmt::Display for HandlerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)
     }
 }
 
-impl<E: std::error::Error> From<E> for ToolError {
+impl<E: std::error::Error> From<E> for HandlerError {
     fn from(e: E) -> Self {
-        ToolError::new(e.to_string())
+        HandlerError::new(e.to_string())
     }
 }
 
-pub type HandlerResult<T> = Result<T, ToolError>;
+pub type HandlerResult<T> = Result<T, HandlerError>;
 type ToolHandler = Arc<dyn Fn(RequestContext, Value) -> BoxFuture<'static, HandlerResult<CallToolResult>> + Send + Sync>;
 type PromptHandler = Arc<dyn Fn(RequestContext, Map<String, Value>) -> BoxFuture<'static, HandlerResult<GetPromptResult>> + Send + Sync>;
 type ResourceHandler =
@@ -125,7 +125,7 @@ impl ToolDef {
         ToolDef::new(name, schema_for::<A>(), move |ctx, args| {
             let handler = handler.clone();
             async move {
-                let args: A = serde_json::from_value(args).map_err(|e| ToolError::new(format!("invalid arguments: {e}")))?;
+                let args: A = serde_json::from_value(args).map_err(|e| HandlerError::new(format!("invalid arguments: {e}")))?;
                 handler(ctx, args).await
             }
         })
@@ -160,15 +160,15 @@ impl ToolDef {
     /// Validate the arguments, run the handler, check structured output.
     pub(crate) async fn call(&self, ctx: RequestContext, arguments: Value) -> HandlerResult<CallToolResult> {
         if let Some(errors) = validation_errors(&self.input_validator, &arguments) {
-            return Err(ToolError::new(format!("invalid arguments for tool {}: {errors}", self.name)));
+            return Err(HandlerError::new(format!("invalid arguments for tool {}: {errors}", self.name)));
         }
         let result = (self.handler)(ctx, arguments).await?;
         if let (Some(validator), false) = (&self.output_validator, result.is_error) {
             let Some(structured) = &result.structured_content else {
-                return Err(ToolError::new(format!("tool {} declares an output schema but returned no structured content", self.name)));
+                return Err(HandlerError::new(format!("tool {} declares an output schema but returned no structured content", self.name)));
             };
             if let Some(errors) = validation_errors(validator, structured) {
-                return Err(ToolError::new(format!("tool {} returned output that breaks its schema: {errors}", self.name)));
+                return Err(HandlerError::new(format!("tool {} returned output that breaks its schema: {errors}", self.name)));
             }
         }
         Ok(result)
@@ -232,7 +232,7 @@ impl PromptDef {
     pub(crate) async fn get(&self, ctx: RequestContext, arguments: Map<String, Value>) -> HandlerResult<GetPromptResult> {
         for arg in self.arguments.iter().filter(|a| a.required) {
             if !arguments.contains_key(&arg.name) {
-                return Err(ToolError::rpc(ErrorObject::invalid_params(format!("prompt {} needs argument {}", self.name, arg.name))));
+                return Err(HandlerError::rpc(ErrorObject::invalid_params(format!("prompt {} needs argument {}", self.name, arg.name))));
             }
         }
         (self.handler)(ctx, arguments).await

@@ -1,26 +1,31 @@
 //! What the MCP layer asks of the other replicas, over the peer port: the rest of an SSE stream
-//! another node owns (for `Last-Event-ID` resumption), and cancellation of a request another
-//! node runs.
+//! another node owns (for `Last-Event-ID` resumption), cancellation of a request another node
+//! runs, and notifications for standalone streams. [`PeerLink`] is the asking side, [`router`]
+//! the answering one.
 //!
 //! Streams are relayed, not replicated: a stream's events exist only on the node whose handler
 //! produced them, so resumption fetches them from there. Replicating every event through Raft
 //! would put each progress notification on the write path of the whole cluster.
 
-use super::network::{CANCEL, NOTIFY, RESUME};
-use super::node::RaftNode;
+use crate::peer::codec::encode;
+use crate::peer::routes::{CANCEL, NOTIFY, RESUME};
 use crate::protocol::jsonrpc::RequestId;
-use crate::server::{ClusterLink, Notice, Server};
+use crate::raft::RaftNode;
+use crate::raft::rpc::body;
+use crate::server::{ClusterLink, Notice};
 use crate::session::SessionId;
-use crate::transport::sse::{RelayError, RelayedStream, StreamRegistry, StreamRelay};
+use crate::transport::http::Endpoint;
+use crate::transport::sse::{RelayError, RelayedStream, StreamRelay};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
 use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 use std::sync::{Arc, Weak};
-
-/// The MCP side of a member, attached once the server exists (the peer port starts first).
-pub struct McpHooks {
-    pub server: Server,
-    pub streams: Arc<StreamRegistry>,
-}
 
 #[derive(Debug, Serialize, Deserialize)]
 pub struct ResumeRequest {
@@ -80,10 +85,47 @@ impl PeerLink {
 impl ClusterLink for PeerLink {
     fn cancel_elsewhere(&self, session: &SessionId, request: &RequestId) {
         let body = CancelRequest { session: session.clone(), request: request.clone() };
-        self.broadcast(CANCEL, crate::raft::types::encode(&body));
+        self.broadcast(CANCEL, encode(&body));
     }
 
     fn notify_elsewhere(&self, notice: &Notice) {
-        self.broadcast(NOTIFY, crate::raft::types::encode(notice));
+        self.broadcast(NOTIFY, encode(notice));
     }
+}
+
+/// The relay routes, answered by this node's MCP endpoint.
+pub fn router(endpoint: Arc<Endpoint>) -> Router {
+    Router::new().route(RESUME, post(resume)).route(CANCEL, post(cancel)).route(NOTIFY, post(notify)).with_state(endpoint)
+}
+
+/// The rest of a stream this node owns, for a replica that a resuming client reached.
+async fn resume(State(endpoint): State<Arc<Endpoint>>, bytes: Bytes) -> Response {
+    let request: ResumeRequest = match body(&bytes, "resume request") {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    match endpoint.resume(&request.session, request.stream, request.from) {
+        Some(reader) => ([(header::CONTENT_TYPE, "text/event-stream")], axum::body::Body::from_stream(reader)).into_response(),
+        None => (StatusCode::NOT_FOUND, "no such stream for this session").into_response(),
+    }
+}
+
+/// A client's cancellation that reached another replica.
+async fn cancel(State(endpoint): State<Arc<Endpoint>>, bytes: Bytes) -> Response {
+    let request: CancelRequest = match body(&bytes, "cancel request") {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let cancelled = endpoint.server().cancel_local(&request.session, &request.request);
+    axum::Json(json!({"cancelled": cancelled})).into_response()
+}
+
+/// A notification for standalone streams, published on another replica.
+async fn notify(State(endpoint): State<Arc<Endpoint>>, bytes: Bytes) -> Response {
+    let notice: Notice = match body(&bytes, "notice") {
+        Ok(n) => n,
+        Err(r) => return r,
+    };
+    endpoint.server().deliver_notice(notice);
+    StatusCode::ACCEPTED.into_response()
 }

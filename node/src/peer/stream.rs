@@ -1,11 +1,12 @@
 //! Long-lived peer connections: an HTTP upgrade on the peer port (the upgrade request carries
 //! the cluster secret like every peer request), then length-prefixed MessagePack frames both
 //! ways. Used where request/response HTTP would put a round of HTTP machinery on every Raft
-//! write: log replication ([`super::append_stream`]) and forwarded writes ([`super::forwarder`]).
+//! write: log replication and forwarded writes (see `crate::raft::append_stream` and
+//! `crate::raft::forwarder`).
 
-use super::node::RaftNode;
-use super::types::encode;
+use super::codec::encode;
 use crate::metrics::Metrics;
+use crate::tasks::TaskSet;
 use axum::extract::Request;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -13,7 +14,6 @@ use futures::SinkExt;
 use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use std::future::Future;
-use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 
@@ -41,10 +41,10 @@ pub async fn send<IO: AsyncWrite>(writer: &mut Writer<IO>, frame: &impl Serializ
 }
 
 /// Answer an upgrade request for `protocol` (101) and run `serve` on the connection once it is
-/// switched; the task is tracked by the node, so a stopped member's streams end with it.
-pub fn accept<F, Fut>(node: &Arc<RaftNode>, metrics: &Metrics, mut request: Request, protocol: &'static str, serve: F) -> Response
+/// switched; the task joins `tasks`, so a stopped member's streams end with it.
+pub fn accept<F, Fut>(tasks: &TaskSet, metrics: &Metrics, mut request: Request, protocol: &'static str, serve: F) -> Response
 where
-    F: FnOnce(Arc<RaftNode>, Accepted) -> Fut + Send + 'static,
+    F: FnOnce(Accepted) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
     let asked = request.headers().get(header::UPGRADE).and_then(|v| v.to_str().ok());
@@ -53,10 +53,9 @@ where
     }
     let upgrade = hyper::upgrade::on(&mut request);
     metrics.peer_stream_accepted(protocol);
-    let served = node.clone();
-    node.track(tokio::spawn(async move {
+    tasks.track(tokio::spawn(async move {
         match upgrade.await {
-            Ok(upgraded) => serve(served, TokioIo::new(upgraded)).await,
+            Ok(upgraded) => serve(TokioIo::new(upgraded)).await,
             Err(e) => tracing::debug!(error = %e, protocol, "peer stream upgrade failed"),
         }
     }));

@@ -1,0 +1,22 @@
+//! Paths on the peer port. Each group is served by the layer that owns its meaning: Raft RPCs
+//! by [`crate::raft`], the admin API and the MCP relay by [`crate::cluster`].
+
+/// Raft RPCs and the streams that carry replication and forwarded writes.
+pub const APPEND: &str = "/raft/append";
+pub const APPEND_STREAM: &str = "/raft/append-stream";
+pub const VOTE: &str = "/raft/vote";
+pub const SNAPSHOT: &str = "/raft/snapshot";
+pub const WRITE_STREAM: &str = "/raft/write-stream";
+pub const READ_INDEX: &str = "/raft/read-index";
+
+/// The admin API (JSON), shared with the operator.
+pub const STATUS: &str = "/admin/status";
+pub const LEARNERS: &str = "/admin/learners";
+pub const PROMOTE: &str = "/admin/promote";
+pub const REMOVE: &str = "/admin/remove";
+pub const JOIN: &str = "/admin/join";
+
+/// What the MCP layer asks of the replica that owns a stream or a request.
+pub const RESUME: &str = "/mcp/resume";
+pub const CANCEL: &str = "/mcp/cancel";
+pub const NOTIFY: &str = "/mcp/notify";

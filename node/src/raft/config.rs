@@ -1,0 +1,65 @@
+//! How a member is configured: its identity, how it finds its cluster, and Raft's timing.
+
+use crate::mailbox::NodeId;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How a node finds its cluster.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Membership {
+    /// A cluster of one (bootstrapped on first start).
+    Single,
+    /// The initial members, `id → peer address`. The lowest id bootstraps a new cluster once.
+    Peers(BTreeMap<NodeId, String>),
+    /// Join an existing cluster through any member's peer address.
+    Join(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct RaftNodeConfig {
+    pub node_id: NodeId,
+    pub data_dir: PathBuf,
+    /// The peer address other members reach this node at.
+    pub advertise: String,
+    pub membership: Membership,
+    pub secret: String,
+    pub heartbeat: Duration,
+    /// Minimum election timeout (the maximum is twice this).
+    pub election_timeout: Duration,
+    /// Take a snapshot after this many log entries; keep this many before purging. A snapshot
+    /// encodes the whole state (every mailbox until its deadline) under the state-machine lock,
+    /// so it must be rare next to the write rate.
+    pub snapshot_every: u64,
+    pub keep_logs: u64,
+    /// How often the leader checks whether something fell due and proposes a `Tick`.
+    pub tick_interval: Duration,
+    pub session_ttl: Duration,
+    /// How long a write may retry (leader changes, forwarding) before it fails.
+    pub write_timeout: Duration,
+    /// Local address for outgoing peer connections (multi-homed hosts).
+    pub source_ip: Option<std::net::IpAddr>,
+    /// Fingerprint of the id-encryption key; peers with another one are refused.
+    pub key_fingerprint: Option<String>,
+}
+
+impl RaftNodeConfig {
+    pub fn new(node_id: NodeId, data_dir: PathBuf, advertise: String, secret: String) -> Self {
+        RaftNodeConfig {
+            node_id,
+            data_dir,
+            advertise,
+            membership: Membership::Single,
+            secret,
+            heartbeat: Duration::from_millis(100),
+            election_timeout: Duration::from_millis(1000),
+            snapshot_every: 100_000,
+            keep_logs: 1_000,
+            tick_interval: Duration::from_millis(100),
+            session_ttl: Duration::from_secs(3600),
+            write_timeout: Duration::from_secs(5),
+            source_ip: None,
+            key_fingerprint: None,
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! The Raft routes of the peer port: votes, appends, snapshots, and the replication and
+//! forwarded-write streams, plus the leader's read index. Bodies are MessagePack; one that does
+//! not decode is answered 400 and touches nothing. Authentication wraps every peer route
+//! (see [`crate::peer::authenticated`]).
+
+use super::messages::ReadIndexReply;
+use super::state_machine::StateMachine;
+use super::types::{Snapshot, SnapshotBlob, TypeConfig, decode, encode};
+use super::{RaftNode, append_stream, forwarder};
+use crate::peer::routes::{APPEND, APPEND_STREAM, READ_INDEX, SNAPSHOT, VOTE, WRITE_STREAM};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use openraft::errors::RaftError;
+use openraft::raft::{AppendEntriesRequest, VoteRequest};
+use std::sync::Arc;
+
+/// The Raft routes of `node`.
+pub fn router(node: Arc<RaftNode>) -> Router {
+    Router::new()
+        .route(APPEND, post(append))
+        .route(APPEND_STREAM, post(append_stream))
+        .route(VOTE, post(vote))
+        .route(SNAPSHOT, post(snapshot))
+        .route(WRITE_STREAM, post(write_stream))
+        .route(READ_INDEX, post(read_index))
+        .with_state(node)
+}
+
+type Node = State<Arc<RaftNode>>;
+
+pub(crate) fn msgpack(value: &impl serde::Serialize) -> Response {
+    ([(header::CONTENT_TYPE, "application/msgpack")], encode(value)).into_response()
+}
+
+/// Decode a MessagePack body or answer 400 (nothing is touched).
+pub(crate) fn body<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8], what: &str) -> Result<T, Response> {
+    decode(bytes).map_err(|e| (StatusCode::BAD_REQUEST, format!("malformed {what}: {e}")).into_response())
+}
+
+async fn append(State(node): Node, bytes: Bytes) -> Response {
+    let rpc: AppendEntriesRequest<TypeConfig> = match body(&bytes, "append-entries request") {
+        Ok(rpc) => rpc,
+        Err(r) => return r,
+    };
+    msgpack(&node.raft.append_entries(rpc).await)
+}
+
+/// Switch to a pipelined replication stream (see [`append_stream`]).
+async fn append_stream(State(node): Node, request: Request) -> Response {
+    let raft = node.raft.clone();
+    crate::peer::stream::accept(&node.tasks, &node.metrics, request, append_stream::PROTOCOL, move |io| append_stream::serve(raft, io))
+}
+
+async fn vote(State(node): Node, bytes: Bytes) -> Response {
+    let rpc: VoteRequest<TypeConfig> = match body(&bytes, "vote request") {
+        Ok(rpc) => rpc,
+        Err(r) => return r,
+    };
+    msgpack(&node.raft.vote(rpc).await)
+}
+
+async fn snapshot(State(node): Node, bytes: Bytes) -> Response {
+    let SnapshotBlob { vote, meta, data } = match body(&bytes, "snapshot") {
+        Ok(parts) => parts,
+        Err(r) => return r,
+    };
+    let Some(vote) = vote else {
+        return (StatusCode::BAD_REQUEST, "snapshot without the leader's vote").into_response();
+    };
+    // Refuse a snapshot that does not decode before handing it to Raft.
+    if decode::<StateMachine>(&data).is_err() {
+        return (StatusCode::BAD_REQUEST, "malformed snapshot data").into_response();
+    }
+    let reply =
+        node.raft.install_full_snapshot(vote, Snapshot { meta, snapshot: data.into_owned() }).await.map_err(RaftError::<TypeConfig>::Fatal);
+    msgpack(&reply)
+}
+
+/// Switch to a stream of forwarded writes (see [`forwarder`]).
+async fn write_stream(State(node): Node, request: Request) -> Response {
+    let leader = node.clone();
+    crate::peer::stream::accept(&node.tasks, &node.metrics, request, forwarder::PROTOCOL, move |io| forwarder::serve(leader, io))
+}
+
+async fn read_index(State(node): Node) -> Response {
+    let reply: ReadIndexReply = node.leader_read_index().await;
+    msgpack(&reply)
+}

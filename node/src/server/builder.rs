@@ -1,0 +1,110 @@
+//! Building a [`Server`]: identity, settings, offerings, and the stores it correlates through.
+
+use super::correlation::IdSealer;
+use super::handle::{Inner, Server};
+use super::notices::ClusterLink;
+use super::offerings::Offerings;
+use super::{PromptDef, ResourceDef, ToolDef};
+use crate::mailbox::Mailbox;
+use crate::metrics::Metrics;
+use crate::protocol::types::Implementation;
+use crate::session::SessionStore;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+/// Settings that shape behaviour rather than content.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub node_id: u64,
+    pub elicitation_timeout: Duration,
+    pub sampling_timeout: Duration,
+    /// Items per page of `*/list` results.
+    pub page_size: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            node_id: 0,
+            elicitation_timeout: Duration::from_secs(300),
+            sampling_timeout: Duration::from_secs(600),
+            page_size: 100,
+        }
+    }
+}
+
+/// Builds a [`Server`]: identity, offerings, and the stores it correlates through.
+pub struct ServerBuilder {
+    cluster: Option<Arc<dyn ClusterLink>>,
+    info: Implementation,
+    sealer: Option<Arc<IdSealer>>,
+    instructions: Option<String>,
+    config: ServerConfig,
+    offerings: Offerings,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl ServerBuilder {
+    pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
+        ServerBuilder {
+            info: Implementation { name: name.into(), version: version.into(), title: None },
+            cluster: None,
+            sealer: None,
+            instructions: None,
+            config: ServerConfig::default(),
+            offerings: Offerings::default(),
+            metrics: None,
+        }
+    }
+    pub fn instructions(mut self, text: impl Into<String>) -> Self {
+        self.instructions = Some(text.into());
+        self
+    }
+    pub fn config(mut self, config: ServerConfig) -> Self {
+        self.config = config;
+        self
+    }
+    /// The key ids are sealed with; every replica of a cluster must share it. Without one, a
+    /// random key is used (fine for a single process).
+    pub fn id_sealer(mut self, sealer: Arc<IdSealer>) -> Self {
+        self.sealer = Some(sealer);
+        self
+    }
+    /// Reach the other replicas (cross-node cancellation).
+    pub fn cluster(mut self, link: Arc<dyn ClusterLink>) -> Self {
+        self.cluster = Some(link);
+        self
+    }
+    pub fn metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+    pub fn tool(mut self, tool: ToolDef) -> Self {
+        self.offerings.tools.push(Arc::new(tool));
+        self
+    }
+    pub fn prompt(mut self, prompt: PromptDef) -> Self {
+        self.offerings.prompts.push(Arc::new(prompt));
+        self
+    }
+    pub fn resource(mut self, resource: ResourceDef) -> Self {
+        self.offerings.resources.push(Arc::new(resource));
+        self
+    }
+    pub fn build(self, mailbox: Arc<dyn Mailbox>, sessions: Arc<dyn SessionStore>) -> Server {
+        Server {
+            inner: Arc::new(Inner {
+                cluster: self.cluster,
+                info: self.info,
+                sealer: self.sealer.unwrap_or_else(|| Arc::new(IdSealer::random())),
+                instructions: self.instructions,
+                config: self.config,
+                offerings: RwLock::new(self.offerings),
+                mailbox,
+                sessions,
+                local: Default::default(),
+                metrics: self.metrics.unwrap_or_default(),
+            }),
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! Answering each client method: lists, tool calls, prompts, resources, completions, logging.
+
+use super::handle::Server;
+use super::{HandlerError, RequestContext, paginate};
+use crate::protocol::jsonrpc::{ErrorObject, RESOURCE_NOT_FOUND};
+use crate::protocol::types::{CallToolResult, LogLevel};
+use serde_json::{Map, Value, json};
+
+impl Server {
+    /// Arms that run a handler drop `params` first: a handler may park for minutes, and the
+    /// request it came in needn't stay in memory meanwhile.
+    pub(super) async fn dispatch(&self, ctx: RequestContext, method: &str, mut params: Value) -> Result<Value, ErrorObject> {
+        let cursor = params.get("cursor").and_then(Value::as_str).map(str::to_owned);
+        let page_size = self.inner.config.page_size;
+        match method {
+            "ping" => Ok(json!({})),
+            "initialize" => Err(ErrorObject::new(crate::protocol::jsonrpc::INVALID_REQUEST, "the session is already initialized")),
+            "tools/list" => {
+                let defs: Vec<Value> = self.inner.offerings.read().unwrap().tools.iter().map(|t| t.definition()).collect();
+                let (page, next) = paginate(&defs, cursor.as_deref(), page_size)?;
+                Ok(with_cursor(json!({"tools": page}), next))
+            }
+            "tools/call" => self.call_tool(ctx, params).await,
+            "prompts/list" => {
+                let defs: Vec<Value> = self.inner.offerings.read().unwrap().prompts.iter().map(|p| p.definition()).collect();
+                let (page, next) = paginate(&defs, cursor.as_deref(), page_size)?;
+                Ok(with_cursor(json!({"prompts": page}), next))
+            }
+            "prompts/get" => {
+                let name = required_str(&params, "name")?;
+                let prompt = self.inner.offerings.read().unwrap().prompts.iter().find(|p| p.name == name).cloned();
+                let prompt = prompt.ok_or_else(|| ErrorObject::invalid_params(format!("unknown prompt: {name}")))?;
+                let args = match params.get_mut("arguments").map(Value::take) {
+                    Some(Value::Object(args)) => args,
+                    _ => Map::new(),
+                };
+                drop(params);
+                let result = prompt.get(ctx, args).await.map_err(handler_error)?;
+                Ok(serde_json::to_value(result).expect("results serialize"))
+            }
+            "resources/list" | "resources/templates/list" => {
+                let templates = method == "resources/templates/list";
+                let defs: Vec<Value> = self
+                    .inner
+                    .offerings
+                    .read()
+                    .unwrap()
+                    .resources
+                    .iter()
+                    .filter(|r| r.is_template == templates)
+                    .map(|r| r.definition())
+                    .collect();
+                let (page, next) = paginate(&defs, cursor.as_deref(), page_size)?;
+                let key = if templates { "resourceTemplates" } else { "resources" };
+                Ok(with_cursor(json!({ key: page }), next))
+            }
+            "resources/read" => {
+                let uri = required_str(&params, "uri")?.to_string();
+                let found = self.inner.offerings.read().unwrap().resources.iter().find_map(|r| r.matches(&uri).map(|v| (r.clone(), v)));
+                let Some((resource, vars)) = found else {
+                    return Err(ErrorObject::new(RESOURCE_NOT_FOUND, format!("resource not found: {uri}")).with_data(json!({"uri": uri})));
+                };
+                drop(params);
+                let contents = resource.read(ctx, uri, vars).await.map_err(handler_error)?;
+                Ok(json!({"contents": contents}))
+            }
+            "resources/subscribe" | "resources/unsubscribe" => {
+                let uri = required_str(&params, "uri")?;
+                // Kept in the session record, so the replica holding the stream knows.
+                self.inner
+                    .sessions
+                    .set_subscription(&ctx.session().id, uri, method == "resources/subscribe")
+                    .await
+                    .map_err(|e| ErrorObject::internal(e.to_string()))?;
+                Ok(json!({}))
+            }
+            "completion/complete" => self.complete(&params),
+            "logging/setLevel" => {
+                let level: LogLevel = serde_json::from_value(params.get("level").cloned().unwrap_or(Value::Null))
+                    .map_err(|e| ErrorObject::invalid_params(format!("invalid level: {e}")))?;
+                *self.local(&ctx.session().id).log_level.lock().unwrap() = Some(level);
+                self.inner.sessions.set_log_level(&ctx.session().id, level).await.map_err(|e| ErrorObject::internal(e.to_string()))?;
+                Ok(json!({}))
+            }
+            other => Err(ErrorObject::method_not_found(other)),
+        }
+    }
+
+    async fn call_tool(&self, ctx: RequestContext, mut params: Value) -> Result<Value, ErrorObject> {
+        let name = required_str(&params, "name")?;
+        let tool = self.inner.offerings.read().unwrap().tools.iter().find(|t| t.name == name).cloned();
+        let tool = tool.ok_or_else(|| ErrorObject::invalid_params(format!("Unknown tool: {name}")))?;
+        let arguments = match params.get_mut("arguments").map(Value::take) {
+            None | Some(Value::Null) => json!({}),
+            Some(args @ Value::Object(_)) => args,
+            Some(_) => return Err(ErrorObject::invalid_params("arguments must be an object")),
+        };
+        // Only the arguments go on (see `dispatch`).
+        drop(params);
+        let result = match tool.call(ctx, arguments).await {
+            Ok(result) => result,
+            Err(HandlerError { rpc: Some(error), .. }) => return Err(error),
+            Err(e) => CallToolResult::error(e.message),
+        };
+        Ok(serde_json::to_value(result).expect("results serialize"))
+    }
+
+    fn complete(&self, params: &Value) -> Result<Value, ErrorObject> {
+        let reference = params.get("ref").ok_or_else(|| ErrorObject::invalid_params("missing ref"))?;
+        let arg_name =
+            params.pointer("/argument/name").and_then(Value::as_str).ok_or_else(|| ErrorObject::invalid_params("missing argument.name"))?;
+        let prefix = params.pointer("/argument/value").and_then(Value::as_str).unwrap_or("");
+        let context = params.pointer("/context/arguments").and_then(Value::as_object).cloned().unwrap_or_default();
+        let offerings = self.inner.offerings.read().unwrap();
+        let completer = match reference.get("type").and_then(Value::as_str) {
+            Some("ref/prompt") => {
+                let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
+                let prompt = offerings.prompts.iter().find(|p| p.name == name);
+                prompt.ok_or_else(|| ErrorObject::invalid_params(format!("unknown prompt: {name}")))?.completer.clone()
+            }
+            Some("ref/resource") => {
+                let uri = reference.get("uri").and_then(Value::as_str).unwrap_or("");
+                let resource = offerings.resources.iter().find(|r| r.uri == uri);
+                resource.ok_or_else(|| ErrorObject::invalid_params(format!("unknown resource: {uri}")))?.completer.clone()
+            }
+            _ => return Err(ErrorObject::invalid_params("ref.type must be ref/prompt or ref/resource")),
+        };
+        let mut values = completer.map(|c| c(arg_name, prefix, &context)).unwrap_or_default();
+        let total = values.len();
+        values.truncate(100);
+        Ok(json!({"completion": {"values": values, "total": total, "hasMore": total > 100}}))
+    }
+}
+
+fn with_cursor(mut result: Value, next: Option<String>) -> Value {
+    if let Some(next) = next {
+        result["nextCursor"] = json!(next);
+    }
+    result
+}
+
+fn required_str<'a>(params: &'a Value, key: &str) -> Result<&'a str, ErrorObject> {
+    params.get(key).and_then(Value::as_str).ok_or_else(|| ErrorObject::invalid_params(format!("missing string parameter {key}")))
+}
+
+fn handler_error(e: HandlerError) -> ErrorObject {
+    e.rpc.unwrap_or_else(|| ErrorObject::internal(e.message))
+}

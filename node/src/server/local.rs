@@ -1,0 +1,93 @@
+//! Session state only this node has: the requests running here (for cancellation), the
+//! record they share, the standalone stream attached here, and a log level set here ahead of
+//! the replicated copy. Entries of sessions that ended by TTL are swept as new ones come.
+
+use super::Outbound;
+use super::handle::Server;
+use crate::metrics::Metrics;
+use crate::protocol::jsonrpc::RequestId;
+use crate::protocol::types::LogLevel;
+use crate::session::{SessionId, SessionRecord};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio_util::sync::CancellationToken;
+
+/// State of one session that only this node has.
+#[derive(Default)]
+pub(super) struct LocalSession {
+    pub(super) running: Mutex<HashMap<RequestId, CancellationToken>>,
+    /// The record the requests running here share, so a parked call holds a pointer rather
+    /// than its own copy.
+    pub(super) record: Mutex<Option<Arc<SessionRecord>>>,
+    /// The standalone stream (HTTP GET, or stdout for stdio), when one is attached.
+    pub(super) notifier: Mutex<Option<Outbound>>,
+    /// Log level set on this node, ahead of the store's copy.
+    pub(super) log_level: Mutex<Option<LogLevel>>,
+}
+
+impl LocalSession {
+    /// The shared copy of `record`: the one already held when it is unchanged, else `record`
+    /// itself, which becomes the shared copy.
+    pub(super) fn share(&self, record: SessionRecord) -> Arc<SessionRecord> {
+        let mut shared = self.record.lock().unwrap();
+        match &*shared {
+            Some(current) if **current == record => current.clone(),
+            _ => shared.insert(Arc::new(record)).clone(),
+        }
+    }
+}
+
+/// This node's [`LocalSession`]s by session id.
+#[derive(Default)]
+pub(super) struct LocalSessions {
+    sessions: Mutex<HashMap<SessionId, Arc<LocalSession>>>,
+}
+
+impl LocalSessions {
+    /// The entry of `id`, created on first use.
+    pub(super) fn entry(&self, id: &SessionId, metrics: &Metrics) -> Arc<LocalSession> {
+        let mut sessions = self.sessions.lock().unwrap();
+        if !sessions.contains_key(id) && sessions.len() % 256 == 255 {
+            Self::sweep_idle(&mut sessions);
+        }
+        let entry = sessions.entry(id.clone()).or_default().clone();
+        metrics.set_local_sessions(sessions.len());
+        entry
+    }
+
+    /// Sessions that ended by TTL leave entries behind; an idle one (held by no task, nothing
+    /// running, no stream attached) holds nothing the replicated record doesn't.
+    fn sweep_idle(sessions: &mut HashMap<SessionId, Arc<LocalSession>>) {
+        sessions.retain(|_, l| Arc::strong_count(l) > 1 || !l.running.lock().unwrap().is_empty() || l.notifier.lock().unwrap().is_some());
+    }
+
+    /// The entry of `id`, if this node has one.
+    pub(super) fn get(&self, id: &SessionId) -> Option<Arc<LocalSession>> {
+        self.sessions.lock().unwrap().get(id).cloned()
+    }
+
+    pub(super) fn remove(&self, id: &SessionId) -> Option<Arc<LocalSession>> {
+        self.sessions.lock().unwrap().remove(id)
+    }
+
+    /// The sessions with a standalone stream attached here.
+    pub(super) fn with_notifier(&self) -> Vec<(SessionId, Arc<LocalSession>)> {
+        let sessions = self.sessions.lock().unwrap();
+        sessions.iter().filter(|(_, l)| l.notifier.lock().unwrap().is_some()).map(|(id, l)| (id.clone(), l.clone())).collect()
+    }
+}
+
+impl Server {
+    pub(super) fn local(&self, id: &SessionId) -> Arc<LocalSession> {
+        self.inner.local.entry(id, &self.inner.metrics)
+    }
+
+    pub(crate) fn log_level(&self, session: &SessionRecord) -> LogLevel {
+        self.local(&session.id).log_level.lock().unwrap().unwrap_or(session.log_level)
+    }
+
+    /// Attach the standalone stream of a session; notifications not tied to a request go there.
+    pub fn attach_notifier(&self, id: &SessionId, out: Outbound) {
+        *self.local(id).notifier.lock().unwrap() = Some(out);
+    }
+}
