@@ -12,27 +12,27 @@ impl Server {
     pub async fn handle_client_response(&self, session: &SessionRecord, message: Message) {
         let id = match &message {
             Message::Response { id, .. } | Message::Error { id: Some(id), .. } => id.clone(),
-            _ => return self.inner.metrics.orphan("no_id"),
+            _ => return self.inner.rendezvous.metrics.orphan("no_id"),
         };
-        let key = match self.inner.sealer.open_request(&id, session.id.as_str(), crate::clock::now_ms()) {
+        let key = match self.inner.rendezvous.sealer.open_request(&id, session.id.as_str(), crate::clock::now_ms()) {
             Ok(sealed) => sealed.key,
             Err(e) => {
                 tracing::info!(session = %session.id, reason = e.label(), "client answer refused: {e}");
-                return self.inner.metrics.orphan(e.label());
+                return self.inner.rendezvous.metrics.orphan(e.label());
             }
         };
-        match self.inner.mailbox.deliver(&key, message.to_value()).await {
+        match self.inner.rendezvous.mailbox.deliver(&key, message.to_value()).await {
             Ok(DeliverOutcome::Delivered) => {
                 tracing::info!(%key, session = %session.id, node = self.node_id(), "client answer delivered");
-                self.inner.metrics.answer_delivered();
+                self.inner.rendezvous.metrics.answer_delivered();
             }
             Ok(outcome) => {
                 tracing::info!(%key, session = %session.id, outcome = outcome.label(), "client answer dropped");
-                self.inner.metrics.orphan(outcome.label());
+                self.inner.rendezvous.metrics.orphan(outcome.label());
             }
             Err(e) => {
                 tracing::warn!(%key, error = %e, "client answer could not be delivered");
-                self.inner.metrics.orphan("unavailable");
+                self.inner.rendezvous.metrics.orphan("unavailable");
             }
         }
     }

@@ -1,37 +1,17 @@
 //! Building a [`Server`]: identity, settings, offerings, and the stores it correlates through.
 
+use super::config::ServerConfig;
 use super::correlation::IdSealer;
 use super::handle::{Inner, Server};
-use super::notices::ClusterLink;
+use super::link::ClusterLink;
 use super::offerings::Offerings;
+use super::rendezvous::Rendezvous;
 use super::{PromptDef, ResourceDef, ToolDef};
 use crate::mailbox::Mailbox;
 use crate::metrics::Metrics;
 use crate::protocol::types::Implementation;
 use crate::session::SessionStore;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
-
-/// Settings that shape behaviour rather than content.
-#[derive(Debug, Clone)]
-pub struct ServerConfig {
-    pub node_id: u64,
-    pub elicitation_timeout: Duration,
-    pub sampling_timeout: Duration,
-    /// Items per page of `*/list` results.
-    pub page_size: usize,
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        ServerConfig {
-            node_id: 0,
-            elicitation_timeout: Duration::from_secs(300),
-            sampling_timeout: Duration::from_secs(600),
-            page_size: 100,
-        }
-    }
-}
 
 /// Builds a [`Server`]: identity, offerings, and the stores it correlates through.
 pub struct ServerBuilder {
@@ -96,14 +76,19 @@ impl ServerBuilder {
             inner: Arc::new(Inner {
                 cluster: self.cluster,
                 info: self.info,
-                sealer: self.sealer.unwrap_or_else(|| Arc::new(IdSealer::random())),
+                rendezvous: Arc::new(Rendezvous {
+                    node_id: self.config.node_id,
+                    mailbox,
+                    sealer: self.sealer.unwrap_or_else(|| Arc::new(IdSealer::random())),
+                    metrics: self.metrics.unwrap_or_default(),
+                    elicitation_timeout: self.config.elicitation_timeout,
+                    sampling_timeout: self.config.sampling_timeout,
+                }),
                 instructions: self.instructions,
                 config: self.config,
                 offerings: RwLock::new(self.offerings),
-                mailbox,
                 sessions,
                 local: Default::default(),
-                metrics: self.metrics.unwrap_or_default(),
             }),
         }
     }

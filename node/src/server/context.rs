@@ -5,8 +5,10 @@
 //! multi-round-trip transport); they await a typed result.
 
 use super::correlation;
-use super::definitions::validation_errors;
-use super::handle::Server;
+use super::local::LocalSession;
+use super::outbound::{Outbound, Outgoing};
+use super::rendezvous::Rendezvous;
+use super::schema::validation_errors;
 use crate::mailbox::{MailboxError, MailboxKey, WaitOutcome};
 use crate::protocol::jsonrpc::{ErrorObject, Message, RequestId};
 use crate::protocol::types::{CreateMessageParams, CreateMessageResult, ElicitAction, ElicitResult, LogLevel, RequestKind};
@@ -14,55 +16,7 @@ use crate::session::SessionRecord;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-
-/// Something the server sends towards the client while handling one request.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Outgoing {
-    /// Boxed: a parked request's channel preallocates slots, and a bare `Message` is large.
-    Message(Box<Message>),
-    /// End the current HTTP response now and let the client resume with `Last-Event-ID`
-    /// (SSE polling). Transports without streams ignore it.
-    Disconnect,
-}
-
-/// Where a request's (or a session's) outgoing messages go. Dropping the last clone tells the
-/// sink its producer is done.
-#[derive(Clone)]
-pub struct Outbound(Arc<dyn OutboundSink>);
-
-/// What an [`Outbound`] writes to; each transport brings its own.
-pub trait OutboundSink: Send + Sync + 'static {
-    fn send(&self, outgoing: Outgoing) -> Result<(), StreamClosed>;
-}
-
-/// The client can no longer be reached through this outbound.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("the client's stream is closed")]
-pub struct StreamClosed;
-
-impl Outbound {
-    pub fn new(sink: impl OutboundSink) -> Self {
-        Outbound(Arc::new(sink))
-    }
-    pub fn send(&self, outgoing: Outgoing) -> Result<(), StreamClosed> {
-        self.0.send(outgoing)
-    }
-}
-
-impl<S: OutboundSink> From<Arc<S>> for Outbound {
-    fn from(sink: Arc<S>) -> Self {
-        Outbound(sink)
-    }
-}
-
-/// A channel, for transports that write from a task of their own (stdio).
-impl OutboundSink for mpsc::UnboundedSender<Outgoing> {
-    fn send(&self, outgoing: Outgoing) -> Result<(), StreamClosed> {
-        mpsc::UnboundedSender::send(self, outgoing).map_err(|_| StreamClosed)
-    }
-}
 
 /// Why a server-to-client request did not produce a usable answer.
 #[derive(Debug, thiserror::Error)]
@@ -98,17 +52,19 @@ pub struct RequestContext {
     scope: Arc<RequestScope>,
 }
 
-pub(crate) struct RequestScope {
-    pub(crate) server: Server,
-    pub(crate) session: Arc<SessionRecord>,
-    pub(crate) request_id: RequestId,
-    pub(crate) progress_token: Option<Value>,
-    pub(crate) out: Outbound,
-    pub(crate) cancel: CancellationToken,
+pub(super) struct RequestScope {
+    pub(super) rendezvous: Arc<Rendezvous>,
+    /// This node's entry of the session (its log level, set here ahead of the record).
+    pub(super) local: Arc<LocalSession>,
+    pub(super) session: Arc<SessionRecord>,
+    pub(super) request_id: RequestId,
+    pub(super) progress_token: Option<Value>,
+    pub(super) out: Outbound,
+    pub(super) cancel: CancellationToken,
 }
 
 impl RequestContext {
-    pub(crate) fn new(scope: RequestScope) -> Self {
+    pub(super) fn new(scope: RequestScope) -> Self {
         RequestContext { scope: Arc::new(scope) }
     }
     pub(crate) fn out(&self) -> &Outbound {
@@ -151,7 +107,7 @@ impl RequestContext {
 
     /// Send `notifications/message` if `level` is at or above the session's level.
     pub fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
-        if level < self.scope.server.log_level(&self.scope.session) {
+        if level < self.scope.local.log_level(&self.scope.session) {
             return;
         }
         let mut params = json!({"level": level, "data": data});
@@ -236,51 +192,51 @@ impl RequestContext {
 
     /// Create the mailbox, then send the request, then park. Returns the `result` member.
     async fn request(&self, kind: RequestKind, method: &str, params: Value) -> Result<Value, ClientRequestError> {
-        let server = &self.scope.server;
+        let server = &self.scope.rendezvous;
         let timeout = server.timeout(kind);
         let key = MailboxKey::random();
         let ttl = timeout + MAILBOX_GRACE;
-        server.mailbox().create(&key, server.node_id(), ttl).await?;
+        server.mailbox.create(&key, server.node_id, ttl).await?;
         let sealed = correlation::SealedRequest {
             key: key.clone(),
-            owner: server.node_id(),
+            owner: server.node_id,
             deadline_ms: crate::clock::now_ms() + ttl.as_millis() as u64,
         };
-        let id = server.sealer().seal_request(&sealed, self.scope.session.id.as_str());
+        let id = server.sealer.seal_request(&sealed, self.scope.session.id.as_str());
         tracing::info!(%key, %kind, session = %self.scope.session.id, "server-to-client request sent; parked");
         if let Err(e) = self.send(Message::request(id.clone(), method, params)) {
-            server.mailbox().delete(&key).await?;
+            server.mailbox.delete(&key).await?;
             return Err(e);
         }
         let started = Instant::now();
         let outcome = tokio::select! {
-            outcome = server.mailbox().wait(&key, timeout) => outcome?,
+            outcome = server.mailbox.wait(&key, timeout) => outcome?,
             _ = self.scope.cancel.cancelled() => {
-                server.mailbox().delete(&key).await?;
+                server.mailbox.delete(&key).await?;
                 return Err(ClientRequestError::Cancelled);
             }
         };
-        server.metrics().observe_wait(kind, started.elapsed());
+        server.metrics.observe_wait(kind, started.elapsed());
         match outcome {
             WaitOutcome::Delivered(answer) => {
                 tracing::info!(%key, %kind, waited_ms = started.elapsed().as_millis() as u64, "answer arrived; resuming");
                 match Message::from_delivered(answer) {
                     Some(Message::Response { result, .. }) => {
-                        server.metrics().outcome(kind, "delivered");
+                        server.metrics.outcome(kind, "delivered");
                         Ok(result)
                     }
                     Some(Message::Error { error, .. }) => {
-                        server.metrics().outcome(kind, "client_error");
+                        server.metrics.outcome(kind, "client_error");
                         Err(ClientRequestError::ClientError { kind, error })
                     }
                     _ => Err(ClientRequestError::MalformedAnswer("not a JSON-RPC response".into())),
                 }
             }
             WaitOutcome::TimedOut | WaitOutcome::Expired => {
-                server.metrics().outcome(kind, "timeout");
+                server.metrics.outcome(kind, "timeout");
                 let reason = format!("{kind} timed out after {timeout:?}");
                 let _ = self.send(Message::notification("notifications/cancelled", json!({"requestId": id, "reason": reason})));
-                server.mailbox().delete(&key).await?;
+                server.mailbox.delete(&key).await?;
                 Err(ClientRequestError::Timeout { kind, after: timeout })
             }
             WaitOutcome::Deleted | WaitOutcome::NotFound => Err(ClientRequestError::Cancelled),

@@ -1,6 +1,7 @@
 //! What a server offers: tools, prompts, resources and resource templates, each with its handler.
 
 use super::context::RequestContext;
+use super::schema::{SchemaError, compile_schema, schema_for, validation_errors};
 use crate::protocol::jsonrpc::ErrorObject;
 use crate::protocol::types::{CallToolResult, GetPromptResult, PromptArgument, ResourceContents};
 use base64::Engine;
@@ -59,38 +60,6 @@ pub struct ToolDef {
     input_validator: Arc<jsonschema::Validator>,
     output_validator: Option<Arc<jsonschema::Validator>>,
     handler: ToolHandler,
-}
-
-/// A schema the tool author wrote is not a valid JSON Schema.
-#[derive(Debug, thiserror::Error)]
-#[error("invalid schema for {name}: {reason}")]
-pub struct SchemaError {
-    pub name: String,
-    pub reason: String,
-}
-
-fn compile_schema(name: &str, schema: &Value) -> Result<jsonschema::Validator, SchemaError> {
-    // Schemas without `$schema` are JSON Schema 2020-12 (MCP 2025-11-25 default).
-    jsonschema::options()
-        .with_draft(jsonschema::Draft::Draft202012)
-        .build(schema)
-        .map_err(|e| SchemaError { name: name.into(), reason: e.to_string() })
-}
-
-/// Collect validation errors as one readable line.
-pub(crate) fn validation_errors(validator: &jsonschema::Validator, value: &Value) -> Option<String> {
-    let errors: Vec<String> = validator.iter_errors(value).map(|e| format!("{}: {}", e.instance_path(), e)).collect();
-    (!errors.is_empty()).then(|| errors.join("; "))
-}
-
-/// The JSON Schema of `T` as MCP wants it (an object schema, `$schema` dropped).
-pub fn schema_for<T: schemars::JsonSchema>() -> Value {
-    let mut schema = serde_json::to_value(schemars::schema_for!(T)).expect("schemas serialize");
-    if let Some(obj) = schema.as_object_mut() {
-        obj.remove("$schema");
-        obj.remove("title");
-    }
-    schema
 }
 
 impl ToolDef {

@@ -2,31 +2,30 @@
 //! lookup, termination). The request paths are in their own files: [`super::requests`],
 //! [`super::answers`], [`super::dispatch`], [`super::notices`].
 
-use super::builder::ServerConfig;
+use super::config::ServerConfig;
 use super::correlation::IdSealer;
-use super::local::LocalSessions;
-use super::notices::ClusterLink;
+use super::link::ClusterLink;
+use super::local::{LocalSession, LocalSessions};
 use super::offerings::Offerings;
+use super::outbound::Outbound;
+use super::rendezvous::Rendezvous;
 use crate::mailbox::Mailbox;
 use crate::metrics::Metrics;
 use crate::protocol::jsonrpc::ErrorObject;
-use crate::protocol::types::{Implementation, InitializeParams, LogLevel, RequestKind, negotiate_version};
+use crate::protocol::types::{Implementation, InitializeParams, LogLevel, negotiate_version};
 use crate::session::{SessionError, SessionId, SessionRecord, SessionStore};
 use serde_json::{Value, json};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 pub(super) struct Inner {
     pub(super) cluster: Option<Arc<dyn ClusterLink>>,
     pub(super) info: Implementation,
-    pub(super) sealer: Arc<IdSealer>,
+    pub(super) rendezvous: Arc<Rendezvous>,
     pub(super) instructions: Option<String>,
     pub(super) config: ServerConfig,
     pub(super) offerings: RwLock<Offerings>,
-    pub(super) mailbox: Arc<dyn Mailbox>,
     pub(super) sessions: Arc<dyn SessionStore>,
     pub(super) local: LocalSessions,
-    pub(super) metrics: Arc<Metrics>,
 }
 
 /// A cheaply clonable handle on the server.
@@ -53,19 +52,13 @@ impl Server {
         &self.inner.config
     }
     pub fn mailbox(&self) -> &Arc<dyn Mailbox> {
-        &self.inner.mailbox
+        &self.inner.rendezvous.mailbox
     }
     pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.inner.metrics
+        &self.inner.rendezvous.metrics
     }
     pub fn sealer(&self) -> &Arc<IdSealer> {
-        &self.inner.sealer
-    }
-    pub(crate) fn timeout(&self, kind: RequestKind) -> Duration {
-        match kind {
-            RequestKind::Elicitation => self.inner.config.elicitation_timeout,
-            RequestKind::Sampling => self.inner.config.sampling_timeout,
-        }
+        &self.inner.rendezvous.sealer
     }
 
     /// Answer `initialize`: negotiate the version, store the session, return its record and result.
@@ -112,5 +105,16 @@ impl Server {
             }
         }
         self.inner.sessions.delete(id).await
+    }
+}
+
+impl Server {
+    pub(super) fn local(&self, id: &SessionId) -> Arc<LocalSession> {
+        self.inner.local.entry(id, &self.inner.rendezvous.metrics)
+    }
+
+    /// Attach the standalone stream of a session; notifications not tied to a request go there.
+    pub fn attach_notifier(&self, id: &SessionId, out: Outbound) {
+        *self.local(id).notifier.lock().unwrap() = Some(out);
     }
 }

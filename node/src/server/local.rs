@@ -2,8 +2,7 @@
 //! record they share, the standalone stream attached here, and a log level set here ahead of
 //! the replicated copy. Entries of sessions that ended by TTL are swept as new ones come.
 
-use super::Outbound;
-use super::handle::Server;
+use super::outbound::Outbound;
 use crate::metrics::Metrics;
 use crate::protocol::jsonrpc::RequestId;
 use crate::protocol::types::LogLevel;
@@ -26,6 +25,11 @@ pub(super) struct LocalSession {
 }
 
 impl LocalSession {
+    /// The session's log level: set on this node, else the record's.
+    pub(super) fn log_level(&self, record: &SessionRecord) -> LogLevel {
+        self.log_level.lock().unwrap().unwrap_or(record.log_level)
+    }
+
     /// The shared copy of `record`: the one already held when it is unchanged, else `record`
     /// itself, which becomes the shared copy.
     pub(super) fn share(&self, record: SessionRecord) -> Arc<SessionRecord> {
@@ -74,20 +78,5 @@ impl LocalSessions {
     pub(super) fn with_notifier(&self) -> Vec<(SessionId, Arc<LocalSession>)> {
         let sessions = self.sessions.lock().unwrap();
         sessions.iter().filter(|(_, l)| l.notifier.lock().unwrap().is_some()).map(|(id, l)| (id.clone(), l.clone())).collect()
-    }
-}
-
-impl Server {
-    pub(super) fn local(&self, id: &SessionId) -> Arc<LocalSession> {
-        self.inner.local.entry(id, &self.inner.metrics)
-    }
-
-    pub(crate) fn log_level(&self, session: &SessionRecord) -> LogLevel {
-        self.local(&session.id).log_level.lock().unwrap().unwrap_or(session.log_level)
-    }
-
-    /// Attach the standalone stream of a session; notifications not tied to a request go there.
-    pub fn attach_notifier(&self, id: &SessionId, out: Outbound) {
-        *self.local(id).notifier.lock().unwrap() = Some(out);
     }
 }

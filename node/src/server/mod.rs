@@ -2,35 +2,46 @@
 //! of sessions (running requests, the standalone stream). Transports hand it parsed messages
 //! and an [`Outbound`] per request; it never touches HTTP.
 //!
-//! - [`builder`]: settings and [`ServerBuilder`]; [`handle`]: the [`Server`] handle and the
-//!   session lifecycle; [`local`]: session state only this node has.
-//! - [`requests`]: a request's life and cancellation; [`dispatch`]: each method's answer;
-//!   [`answers`]: the client's answers to server-to-client requests; [`notices`]:
-//!   notifications fanned out to every replica; [`offerings`]: tools, prompts and resources,
-//!   changed at run time.
-//! - [`context`]: what a handler gets (`elicit`, `sample`, `progress`, ...); [`definitions`]:
-//!   tool, prompt and resource definitions; [`correlation`]: sealed request and event ids.
+//! Files, bottom up (no file uses one above it; `scripts/check-layers.py` checks):
+//! - `outbound`: where a request's messages go; `config`; `schema`: JSON Schema helpers;
+//!   `link`: what the server asks of
+//!   other replicas; `correlation`: sealed request and event ids; `rendezvous`: the mailbox,
+//!   key and timeouts server-to-client requests go through; `local`: session state only this
+//!   node has.
+//! - `context`: what a handler gets (`elicit`, `sample`, `progress`, ...); `definitions`:
+//!   tool, prompt and resource definitions; `offerings`: what the server offers.
+//! - `handle`: the [`Server`] handle and the session lifecycle; `builder`: [`ServerBuilder`].
+//! - The request paths, each an `impl Server`: `requests` (a request's life and cancellation),
+//!   `dispatch` (each method's answer), `answers` (the client's answers to server-to-client
+//!   requests), `notices` (notifications fanned out to every replica), `tool_changes` (tools
+//!   changed at run time).
 
 mod answers;
 mod builder;
+mod config;
 mod context;
 pub mod correlation;
 mod definitions;
 mod dispatch;
 mod handle;
+mod link;
 mod local;
 mod notices;
 mod offerings;
+mod outbound;
+mod rendezvous;
 mod requests;
+mod schema;
+mod tool_changes;
 
-pub use builder::{ServerBuilder, ServerConfig};
-pub use context::{ClientRequestError, MAILBOX_GRACE, Outbound, OutboundSink, Outgoing, RequestContext, StreamClosed};
-pub use definitions::{
-    Completer, HandlerError, HandlerResult, PromptDef, ResourceDef, ResourceMeta, SchemaError, ToolDef, match_template, paginate,
-    schema_for,
-};
+pub use builder::ServerBuilder;
+pub use config::ServerConfig;
+pub use context::{ClientRequestError, MAILBOX_GRACE, RequestContext};
+pub use definitions::{Completer, HandlerError, HandlerResult, PromptDef, ResourceDef, ResourceMeta, ToolDef, match_template, paginate};
 pub use handle::{Server, SessionLookupError};
-pub use notices::{ClusterLink, Notice};
+pub use link::{ClusterLink, Notice};
+pub use outbound::{Outbound, OutboundSink, Outgoing, StreamClosed};
+pub use schema::{SchemaError, schema_for};
 
 use serde_json::{Map, Value};
 

@@ -2,31 +2,14 @@
 //! out to the standalone streams of every replica, and what the server asks of the other
 //! replicas.
 
-use super::Outgoing;
 use super::handle::Server;
+use super::link::Notice;
 use super::local::LocalSession;
-use crate::protocol::jsonrpc::{Message, RequestId};
+use super::outbound::Outgoing;
+use crate::protocol::jsonrpc::Message;
 use crate::session::SessionId;
 use serde_json::json;
 use std::sync::Arc;
-
-/// What the server asks of the other replicas, when there are any.
-pub trait ClusterLink: Send + Sync {
-    /// The client cancelled a request this node is not running: tell the replica that is.
-    fn cancel_elsewhere(&self, session: &SessionId, request: &RequestId);
-    /// A notification for standalone streams: the other replicas deliver it to theirs.
-    fn notify_elsewhere(&self, notice: &Notice);
-}
-
-/// A server notification not tied to a request, for every session's standalone stream
-/// (whichever replica holds it).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub enum Notice {
-    /// `notifications/resources/updated`, for sessions subscribed to `uri`.
-    ResourceUpdated { uri: String },
-    /// A `notifications/*/list_changed`, for every session.
-    ListChanged { method: String },
-}
 
 impl Server {
     /// Tell subscribed sessions that a resource changed (`notifications/resources/updated`),

@@ -2,9 +2,9 @@
 //! [`Outbound`] unless the client cancelled it first; cancellation from the client, here or
 //! relayed from the replica it reached.
 
-use super::context::RequestScope;
+use super::context::{RequestContext, RequestScope};
 use super::handle::Server;
-use super::{Outbound, Outgoing, RequestContext};
+use super::outbound::{Outbound, Outgoing};
 use crate::protocol::jsonrpc::{Message, RequestId};
 use crate::session::{SessionId, SessionRecord};
 use serde_json::{Value, json};
@@ -20,8 +20,9 @@ impl Server {
         local.running.lock().unwrap().insert(id.clone(), cancel.clone());
         let progress_token = params.as_ref().and_then(|p| p.pointer("/_meta/progressToken")).cloned();
         let ctx = RequestContext::new(RequestScope {
-            server: self.clone(),
+            rendezvous: self.inner.rendezvous.clone(),
             session: local.share(session),
+            local: local.clone(),
             request_id: id.clone(),
             progress_token,
             out,

@@ -1,0 +1,24 @@
+//! Settings that shape the server's behaviour.
+
+use std::time::Duration;
+
+/// Settings that shape behaviour rather than content.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub node_id: u64,
+    pub elicitation_timeout: Duration,
+    pub sampling_timeout: Duration,
+    /// Items per page of `*/list` results.
+    pub page_size: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            node_id: 0,
+            elicitation_timeout: Duration::from_secs(300),
+            sampling_timeout: Duration::from_secs(600),
+            page_size: 100,
+        }
+    }
+}

@@ -1,0 +1,22 @@
+//! What the server asks of the other replicas, and the notices it fans out to them.
+
+use crate::protocol::jsonrpc::RequestId;
+use crate::session::SessionId;
+
+/// What the server asks of the other replicas, when there are any.
+pub trait ClusterLink: Send + Sync {
+    /// The client cancelled a request this node is not running: tell the replica that is.
+    fn cancel_elsewhere(&self, session: &SessionId, request: &RequestId);
+    /// A notification for standalone streams: the other replicas deliver it to theirs.
+    fn notify_elsewhere(&self, notice: &Notice);
+}
+
+/// A server notification not tied to a request, for every session's standalone stream
+/// (whichever replica holds it).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum Notice {
+    /// `notifications/resources/updated`, for sessions subscribed to `uri`.
+    ResourceUpdated { uri: String },
+    /// A `notifications/*/list_changed`, for every session.
+    ListChanged { method: String },
+}

@@ -1,0 +1,29 @@
+//! What a handler's server-to-client requests go through: the mailbox they park on, the key
+//! their ids are sealed with, the timeouts, and the metrics of their waits. Shared by the server
+//! and every request context (a parked call holds one pointer to it).
+
+use super::correlation::IdSealer;
+use crate::mailbox::{Mailbox, NodeId};
+use crate::metrics::Metrics;
+use crate::protocol::types::RequestKind;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub(crate) struct Rendezvous {
+    /// The node that owns the calls parked here (sealed into their ids).
+    pub(crate) node_id: NodeId,
+    pub(crate) mailbox: Arc<dyn Mailbox>,
+    pub(crate) sealer: Arc<IdSealer>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) elicitation_timeout: Duration,
+    pub(crate) sampling_timeout: Duration,
+}
+
+impl Rendezvous {
+    pub(crate) fn timeout(&self, kind: RequestKind) -> Duration {
+        match kind {
+            RequestKind::Elicitation => self.elicitation_timeout,
+            RequestKind::Sampling => self.sampling_timeout,
+        }
+    }
+}
