@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
+use switchboard_contract::env;
 
 use crate::crd::McpServer;
 use crate::{Error, Result};
@@ -49,26 +50,33 @@ pub const INITIAL_MEMBERS_ANNOTATION: &str = "switchboard.dev/initial-members";
 /// The container's name.
 pub const CONTAINER: &str = "switchboard";
 
+/// Not a node flag: the pod's own name (from the downward API), so that
+/// `SWITCHBOARD_ADVERTISE_PEER` can say `$(POD_NAME).NAME-peers...`.
+pub const POD_NAME: &str = "POD_NAME";
+
 /// Environment variables the operator sets on the node container; `spec.env` may not use them.
+/// [`env::LOG_FORMAT`] is set too, but only as a default the user may override.
 pub const RESERVED_ENV: &[&str] = &[
-    "POD_NAME",
-    "SWITCHBOARD_LISTEN",
-    "SWITCHBOARD_PEER_LISTEN",
-    "SWITCHBOARD_METRICS_LISTEN",
-    "SWITCHBOARD_ADVERTISE_PEER",
-    "SWITCHBOARD_PEERS",
-    "SWITCHBOARD_JOIN",
-    "SWITCHBOARD_NODE_ID",
-    "SWITCHBOARD_DATA_DIR",
-    "SWITCHBOARD_STORE",
-    "SWITCHBOARD_CLUSTER_SECRET_FILE",
-    "SWITCHBOARD_ENCRYPTION_KEY_FILE",
-    "SWITCHBOARD_ELICITATION_TIMEOUT",
-    "SWITCHBOARD_SAMPLING_TIMEOUT",
-    "SWITCHBOARD_SESSION_TTL",
-    "SWITCHBOARD_HEARTBEAT_INTERVAL",
-    "SWITCHBOARD_ELECTION_TIMEOUT",
-    "SWITCHBOARD_ALLOWED_HOSTS",
+    // Pod variables that are not node flags.
+    POD_NAME,
+    // `switchboard serve` flags.
+    env::LISTEN,
+    env::PEER_LISTEN,
+    env::METRICS_LISTEN,
+    env::ADVERTISE_PEER,
+    env::PEERS,
+    env::JOIN,
+    env::NODE_ID,
+    env::DATA_DIR,
+    env::STORE,
+    env::CLUSTER_SECRET_FILE,
+    env::ENCRYPTION_KEY_FILE,
+    env::ELICITATION_TIMEOUT,
+    env::SAMPLING_TIMEOUT,
+    env::SESSION_TTL,
+    env::HEARTBEAT_INTERVAL,
+    env::ELECTION_TIMEOUT,
+    env::ALLOWED_HOSTS,
 ];
 
 /// Operator-wide settings that shape the children (from the operator's flags).

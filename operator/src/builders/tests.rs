@@ -137,6 +137,13 @@ fn container_runs_switchboard_serve_configured_through_the_environment() {
 }
 
 #[test]
+fn reserved_names_are_node_flags_or_pod_variables() {
+    for name in RESERVED_ENV {
+        assert!(switchboard_contract::env::SERVE.contains(name) || *name == POD_NAME, "{name} is neither a serve flag nor POD_NAME");
+    }
+}
+
+#[test]
 fn probes_ask_the_metrics_port() {
     let c = container(&McpServer::test());
     let ready = c.readiness_probe.unwrap().http_get.unwrap();
