@@ -9,11 +9,14 @@
 //!    [`FIELD_MANAGER`], then status, conditions and events.
 //! 4. [`membership`]: the Raft membership steps a scale needs, planned as pure functions and
 //!    carried out through the node admin API.
+//!
+//! [`render`] prints the children of an `McpServer` read from a file, without a cluster.
 
 pub mod builders;
 pub mod crd;
 pub mod membership;
 pub mod reconcile;
+pub mod render;
 pub mod run;
 pub mod validate;
 

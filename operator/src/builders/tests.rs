@@ -65,6 +65,20 @@ fn every_child_is_named_labelled_and_owned_by_the_mcpserver() {
 }
 
 #[test]
+fn children_come_in_apply_order_with_a_secret_only_to_generate() {
+    let kinds = |mcp: &McpServer, material: Option<&SecretMaterial>| -> Vec<String> {
+        let target = Target::new(mcp).unwrap();
+        let objects = Children::build(&target, &Settings::default(), Rollout::initial(mcp), material).into_json().unwrap();
+        objects.iter().map(|o| o["kind"].as_str().unwrap().to_string()).collect()
+    };
+    let all = ["Secret", "ConfigMap", "Service", "Service", "PodDisruptionBudget", "NetworkPolicy", "StatefulSet"];
+    let material = SecretMaterial::generate();
+    assert_eq!(kinds(&McpServer::test(), Some(&material)), all);
+    assert_eq!(kinds(&McpServer::test(), None), all[1..], "no material: the Secret exists already");
+    assert_eq!(kinds(&McpServer::test().secret_ref("mcp-keys"), Some(&material)), all[1..], "a referenced Secret is the user's");
+}
+
+#[test]
 fn an_object_without_uid_or_namespace_is_refused() {
     let mut mcp = McpServer::test();
     mcp.metadata.uid = None;
