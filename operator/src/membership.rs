@@ -23,7 +23,7 @@ use serde::Serialize;
 use switchboard_contract::admin::{self, ClusterStatus, MemberRequest};
 
 use crate::crd::{Member, MemberRole};
-use crate::{Error, Result};
+use crate::{Error, Note, Result};
 
 /// One membership call.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -175,15 +175,15 @@ pub async fn observe(admin: &dyn AdminApi, addresses: &[(u64, String)], secret: 
     Err(last_error)
 }
 
-/// Carry out the plan's step through the leader (or any member, which forwards it). Returns an
-/// event (reason, note) describing what was done or is waited for.
+/// Carry out the plan's step through the leader (or any member, which forwards it). Returns a
+/// note of what was done or is waited for.
 pub async fn execute(
     admin: &dyn AdminApi,
     plan: &Plan,
     status: &ClusterStatus,
     addresses: &[(u64, String)],
     secret: &str,
-) -> Result<Option<(String, String)>> {
+) -> Result<Option<Note>> {
     let via = status.leader.and_then(|l| status.members.get(&l).cloned()).or_else(|| addresses.first().map(|(_, a)| a.clone()));
     let Some(via) = via else { return Ok(None) };
     let address_of = |id: u64| addresses.iter().find(|(i, _)| *i == id).map(|(_, a)| a.clone());
@@ -191,17 +191,17 @@ pub async fn execute(
         Some(Step::AddLearner { id }) => {
             let member_addr = address_of(*id).ok_or_else(|| Error::Admin(format!("no address for member {id}")))?;
             admin.add_learner(&via, secret, *id, &member_addr).await?;
-            Ok(Some(("MemberAdded".into(), format!("added member {id} as a learner"))))
+            Ok(Some(Note::new("MemberAdded", format!("added member {id} as a learner"))))
         }
         Some(Step::Promote { id }) => {
             admin.promote(&via, secret, *id).await?;
-            Ok(Some(("MemberPromoted".into(), format!("member {id} caught up and now votes"))))
+            Ok(Some(Note::new("MemberPromoted", format!("member {id} caught up and now votes"))))
         }
         Some(Step::Remove { id }) => {
             admin.remove(&via, secret, *id).await?;
-            Ok(Some(("MemberRemoved".into(), format!("removed member {id} from the Raft group before its pod goes"))))
+            Ok(Some(Note::new("MemberRemoved", format!("removed member {id} from the Raft group before its pod goes"))))
         }
-        None => Ok(plan.waiting.clone().map(|w| ("Waiting".into(), w))),
+        None => Ok(plan.waiting.clone().map(|w| Note::new("Waiting", w))),
     }
 }
 
@@ -414,7 +414,7 @@ mod tests {
         let status = admin.status(&addresses[0].1, "s").await.unwrap();
         let plan = plan(4, 3, &status);
         let note = execute(admin.as_ref(), &plan, &status, &addresses, "s").await.unwrap();
-        assert_eq!(note, Some(("MemberAdded".to_string(), "added member 3 as a learner".to_string())));
+        assert_eq!(note, Some(Note::new("MemberAdded", "added member 3 as a learner")));
         assert_eq!(admin.calls(), vec![format!("add_learner 3 {} via {}", RecordedAdmin::addr("demo", 3), RecordedAdmin::addr("demo", 0))]);
     }
 }
