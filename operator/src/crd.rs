@@ -13,10 +13,27 @@ use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// The CEL rule every duration field carries: the format the node's flags accept, and positive.
-pub const DURATION_RULE: &str = "self.matches('^[0-9]{1,9}(ms|s|m|h)$') && duration(self) > duration('0s')";
+/// CEL for the duration in the string field `$field`, read as
+/// [`switchboard_contract::duration::parse_duration`] reads it: a bare number is seconds (CEL's
+/// `duration()` wants a unit).
+macro_rules! cel_duration {
+    ($field:literal) => {
+        concat!("duration(", $field, ".matches('^[0-9]+$') ? ", $field, " + 's' : ", $field, ")")
+    };
+}
+
+/// The CEL rule every duration field carries: the one format of
+/// [`switchboard_contract::duration::parse_duration`] (which the node's flags use too), positive.
+pub const DURATION_RULE: &str = concat!("self.matches('^[0-9]{1,9}(ms|s|m|h)?$') && ", cel_duration!("self"), " > duration('0s')");
 /// The message shown when [`DURATION_RULE`] fails.
-pub const DURATION_MESSAGE: &str = "must be a positive duration: a whole number followed by ms, s, m or h (such as 250ms, 30s, 5m, 1h)";
+pub const DURATION_MESSAGE: &str = "must be a positive duration: a whole number followed by ms, s, m or h, or a whole number of seconds (such as 250ms, 30s, 5m, 1h or 30)";
+/// The CEL rule of [`RaftTiming`]: the heartbeat is shorter than the election timeout.
+pub const RAFT_TIMING_RULE: &str = concat!(
+    "!has(self.heartbeatInterval) || !has(self.electionTimeout) || ",
+    cel_duration!("self.heartbeatInterval"),
+    " < ",
+    cel_duration!("self.electionTimeout")
+);
 
 /// Desired state of a switchboard cluster: a Raft group of `replicas` MCP server nodes behind a
 /// Service.
@@ -105,7 +122,7 @@ impl PullPolicy {
     }
 }
 
-/// Timeouts, as durations such as `250ms`, `30s`, `5m` or `1h`.
+/// Timeouts, as durations such as `250ms`, `30s`, `5m` or `1h` (a bare number is seconds).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Timeouts {
@@ -145,7 +162,7 @@ impl Default for Timeouts {
 /// Raft timing, as durations. The heartbeat must be shorter than the election timeout.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("!has(self.heartbeatInterval) || !has(self.electionTimeout) || duration(self.heartbeatInterval) < duration(self.electionTimeout)").message("raft.heartbeatInterval must be shorter than raft.electionTimeout"))]
+#[x_kube(validation = Rule::new(RAFT_TIMING_RULE).message("raft.heartbeatInterval must be shorter than raft.electionTimeout"))]
 pub struct RaftTiming {
     /// How often the leader sends heartbeats.
     #[serde(default = "default_heartbeat")]
@@ -369,7 +386,7 @@ mod tests {
 
     #[test]
     fn cel_refuses_durations_the_node_cannot_parse() {
-        for bad in ["5", "0s", "1h30m", "5d", "-1m", "1.5s", "soon"] {
+        for bad in ["0", "0s", "1h30m", "5d", "-1m", "1.5s", "1.5", "soon", "1234567890"] {
             let messages = cel_messages(&McpServer::test().timeouts(bad, "10m", "1h"));
             assert_eq!(messages, vec![DURATION_MESSAGE.to_string()], "{bad:?}");
         }
@@ -379,9 +396,39 @@ mod tests {
 
     #[test]
     fn cel_and_the_operator_agree_on_durations() {
-        for text in ["1ms", "250ms", "30s", "5m", "1h", "999999999ms", "5", "0m", "1h30m", "5 m", "m", "1e3s", "10d", "01s"] {
+        let table = [
+            "1ms",
+            "250ms",
+            "30s",
+            "5m",
+            "1h",
+            "999999999ms",
+            "5",
+            "0m",
+            "1h30m",
+            "5 m",
+            "m",
+            "1e3s",
+            "10d",
+            "01s",
+            // Bare numbers are seconds.
+            "7",
+            "30",
+            "01",
+            "999999999",
+            "0",
+            "000",
+            "1234567890",
+            "-5",
+            "+5",
+            "1.5",
+            " 5",
+            "5 ",
+            "",
+        ];
+        for text in table {
             let cel_ok = cel_messages(&McpServer::test().timeouts(text, "10m", "1h")).is_empty();
-            let rust_ok = crate::validate::parse_duration(text).is_ok();
+            let rust_ok = switchboard_contract::duration::parse_duration(text).is_ok();
             assert_eq!(cel_ok, rust_ok, "{text:?}: CEL says {cel_ok}, the operator says {rust_ok}");
         }
     }
@@ -392,6 +439,11 @@ mod tests {
         assert_eq!(cel_messages(&McpServer::test().raft("1s", "1s")), expected);
         assert_eq!(cel_messages(&McpServer::test().raft("2s", "1000ms")), expected);
         assert!(cel_messages(&McpServer::test().raft("999ms", "1s")).is_empty());
+        // Bare numbers are seconds here too.
+        assert_eq!(cel_messages(&McpServer::test().raft("1", "1s")), expected);
+        assert_eq!(cel_messages(&McpServer::test().raft("1500ms", "1")), expected);
+        assert!(cel_messages(&McpServer::test().raft("999ms", "1")).is_empty());
+        assert!(cel_messages(&McpServer::test().raft("1", "2")).is_empty());
     }
 
     #[test]

@@ -10,6 +10,7 @@ use kube::client::Body;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::{Client, Resource};
 use serde_json::{Value, json};
+use switchboard_contract::admin::{self, ClusterStatus};
 
 use crate::builders::Settings;
 use crate::crd::{McpServer, McpServerStatus, SecretRef};
@@ -271,8 +272,6 @@ impl Context {
     }
 }
 
-use crate::membership::ClusterStatus;
-
 /// A recorded node admin API: answers from one shared cluster state, applies membership calls
 /// to it like the leader would, and records every call as `"promote 3 via ADDR"` etc.
 #[derive(Default)]
@@ -345,7 +344,7 @@ impl AdminApi for RecordedAdmin {
     async fn promote(&self, addr: &str, secret: &str, id: u64) -> crate::Result<()> {
         self.check(addr, secret)?;
         if let Some(message) = self.refuse.lock().unwrap().clone() {
-            return Err(crate::Error::Admin(format!("http://{addr}/admin/promote: 409 Conflict: {message}")));
+            return Err(crate::Error::Admin(format!("http://{addr}{}: 409 Conflict: {message}", admin::PROMOTE)));
         }
         self.calls.lock().unwrap().push(format!("promote {id} via {addr}"));
         let mut c = self.cluster.lock().unwrap();

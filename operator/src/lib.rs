@@ -1,19 +1,29 @@
 //! The `switchboard-operator`: reconciles `McpServer` resources (see [`crd`]) into a clustered
 //! switchboard deployment.
 //!
-//! A reconcile runs in four stages, each in its own module:
+//! A reconcile ([`reconcile::reconcile`]) is a sequence of steps:
 //!
-//! 1. [`validate`]: what the CRD schema and its CEL rules cannot say, as clear messages;
-//! 2. [`builders`]: pure functions from an `McpServer` to every child object (no client);
-//! 3. [`reconcile`]: server-side apply of those children with field manager
-//!    [`FIELD_MANAGER`], then status, conditions and events.
-//! 4. [`membership`]: the Raft membership steps a scale needs, planned as pure functions and
-//!    carried out through the node admin API.
+//! 1. validate ([`validate`]): what the CRD schema and its CEL rules cannot say, as clear
+//!    messages; an invalid spec stops here;
+//! 2. secret: the Secret the pods mount is read for its cluster secret, or its material generated;
+//! 3. membership ([`membership`]): the Raft membership steps a scale needs, planned as pure
+//!    functions and carried out through the node admin API; it decides how many pods the
+//!    StatefulSet may have now;
+//! 4. build ([`builders`]): pure functions from an `McpServer` to every child object, made once
+//!    as one [`builders::Children`] value (no client);
+//! 5. apply: server-side apply of those children with field manager [`FIELD_MANAGER`];
+//! 6. status: replicas, leader, members and conditions.
+//!
+//! Each step publishes the events about what it did or found, as a [`Note`].
+//!
+//! What the node and the operator agree on (admin API, duration format, environment names) is
+//! the `switchboard-contract` crate. [`render`] prints the children without a cluster.
 
 pub mod builders;
 pub mod crd;
 pub mod membership;
 pub mod reconcile;
+pub mod render;
 pub mod run;
 pub mod validate;
 
@@ -57,6 +67,20 @@ impl Error {
             Error::Admin(_) => "admin",
             Error::Startup(_) => "startup",
         }
+    }
+}
+
+/// Something worth telling the user, as a Kubernetes event or condition carries it: a
+/// machine-readable `reason` (CamelCase, such as `ScaleRefused`) and a sentence for people.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Note {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Note {
+    pub fn new(reason: &'static str, message: impl Into<String>) -> Self {
+        Self { reason, message: message.into() }
     }
 }
 

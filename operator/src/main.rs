@@ -72,7 +72,7 @@ fn render(file: &str, namespace: &str, cluster_domain: String) -> switchboard_op
         if file == "-" { std::io::stdin().read_to_string(&mut yaml).map(|_| ()) } else { std::fs::read_to_string(file).map(|s| yaml = s) };
     read.map_err(|e| switchboard_operator::Error::Startup(format!("cannot read {file}: {e}")))?;
     let settings = switchboard_operator::builders::Settings { cluster_domain, operator: None };
-    print!("{}", switchboard_operator::builders::render_yaml(&yaml, namespace, &settings)?);
+    print!("{}", switchboard_operator::render::render_yaml(&yaml, namespace, &settings)?);
     Ok(())
 }
 

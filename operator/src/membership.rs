@@ -5,7 +5,8 @@
 //! at most one membership call:
 //!
 //! - scale-up: the StatefulSet grows at once; each new ordinal is added as a learner (lowest
-//!   first), then promoted to voter once its replication lag is at most [`PROMOTE_MAX_LAG`];
+//!   first), then promoted to voter once its replication lag is at most
+//!   [`PROMOTE_MAX_LAG`](admin::PROMOTE_MAX_LAG);
 //! - scale-down: members at or above the new size are removed highest first, and the
 //!   StatefulSet shrinks only below ordinals that are no longer members, so a pod never goes
 //!   while its node still votes;
@@ -15,56 +16,23 @@
 //! [`execute`] carries the chosen call out through an [`AdminApi`]: [`HttpAdmin`] talks to
 //! real nodes (`Authorization: Bearer <cluster secret>`), tests use a recorded fake.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+use switchboard_contract::admin::{self, ClusterStatus, MemberRequest};
 
 use crate::crd::{Member, MemberRole};
-use crate::{Error, Result};
-
-/// A learner is promoted once at most this many entries behind the leader (the node refuses
-/// more).
-pub const PROMOTE_MAX_LAG: u64 = 100;
-
-/// `GET /admin/status`: the parts the operator reads.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ClusterStatus {
-    /// The node that answered.
-    #[serde(default)]
-    pub node_id: u64,
-    #[serde(default)]
-    pub leader: Option<u64>,
-    #[serde(default)]
-    pub voters: Vec<u64>,
-    #[serde(default)]
-    pub learners: Vec<u64>,
-    /// Member id → peer address.
-    #[serde(default)]
-    pub members: BTreeMap<u64, String>,
-    /// Leader only: entries each member is behind.
-    #[serde(default)]
-    pub replication_lag: BTreeMap<u64, u64>,
-}
-
-impl ClusterStatus {
-    fn is_member(&self, id: u64) -> bool {
-        self.voters.contains(&id) || self.learners.contains(&id)
-    }
-
-    fn caught_up(&self, id: u64) -> bool {
-        self.leader == Some(id) || self.replication_lag.get(&id).is_some_and(|lag| *lag <= PROMOTE_MAX_LAG)
-    }
-}
+use crate::{Error, Note, Result};
 
 /// One membership call.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
-    /// `POST /admin/learners {id, addr}`.
+    /// `POST` [`admin::LEARNERS`] `{id, addr}`.
     AddLearner { id: u64 },
-    /// `POST /admin/promote {id}`.
+    /// `POST` [`admin::PROMOTE`] `{id}`.
     Promote { id: u64 },
-    /// `POST /admin/remove {id}`.
+    /// `POST` [`admin::REMOVE`] `{id}`.
     Remove { id: u64 },
 }
 
@@ -174,13 +142,13 @@ impl Plan {
 /// The node admin API (port 7070, `Authorization: Bearer <cluster secret>`).
 #[async_trait::async_trait]
 pub trait AdminApi: Send + Sync {
-    /// `GET /admin/status` of the node at `addr`.
+    /// `GET` [`admin::STATUS`] of the node at `addr`.
     async fn status(&self, addr: &str, secret: &str) -> Result<ClusterStatus>;
-    /// `POST /admin/learners {id, addr}` through the node at `addr` (forwarded to the leader).
+    /// `POST` [`admin::LEARNERS`] `{id, addr}` through the node at `addr` (forwarded to the leader).
     async fn add_learner(&self, addr: &str, secret: &str, id: u64, member_addr: &str) -> Result<()>;
-    /// `POST /admin/promote {id}`.
+    /// `POST` [`admin::PROMOTE`] `{id}`.
     async fn promote(&self, addr: &str, secret: &str, id: u64) -> Result<()>;
-    /// `POST /admin/remove {id}`.
+    /// `POST` [`admin::REMOVE`] `{id}`.
     async fn remove(&self, addr: &str, secret: &str, id: u64) -> Result<()>;
 }
 
@@ -207,15 +175,15 @@ pub async fn observe(admin: &dyn AdminApi, addresses: &[(u64, String)], secret: 
     Err(last_error)
 }
 
-/// Carry out the plan's step through the leader (or any member, which forwards it). Returns an
-/// event (reason, note) describing what was done or is waited for.
+/// Carry out the plan's step through the leader (or any member, which forwards it). Returns a
+/// note of what was done or is waited for.
 pub async fn execute(
     admin: &dyn AdminApi,
     plan: &Plan,
     status: &ClusterStatus,
     addresses: &[(u64, String)],
     secret: &str,
-) -> Result<Option<(String, String)>> {
+) -> Result<Option<Note>> {
     let via = status.leader.and_then(|l| status.members.get(&l).cloned()).or_else(|| addresses.first().map(|(_, a)| a.clone()));
     let Some(via) = via else { return Ok(None) };
     let address_of = |id: u64| addresses.iter().find(|(i, _)| *i == id).map(|(_, a)| a.clone());
@@ -223,17 +191,17 @@ pub async fn execute(
         Some(Step::AddLearner { id }) => {
             let member_addr = address_of(*id).ok_or_else(|| Error::Admin(format!("no address for member {id}")))?;
             admin.add_learner(&via, secret, *id, &member_addr).await?;
-            Ok(Some(("MemberAdded".into(), format!("added member {id} as a learner"))))
+            Ok(Some(Note::new("MemberAdded", format!("added member {id} as a learner"))))
         }
         Some(Step::Promote { id }) => {
             admin.promote(&via, secret, *id).await?;
-            Ok(Some(("MemberPromoted".into(), format!("member {id} caught up and now votes"))))
+            Ok(Some(Note::new("MemberPromoted", format!("member {id} caught up and now votes"))))
         }
         Some(Step::Remove { id }) => {
             admin.remove(&via, secret, *id).await?;
-            Ok(Some(("MemberRemoved".into(), format!("removed member {id} from the Raft group before its pod goes"))))
+            Ok(Some(Note::new("MemberRemoved", format!("removed member {id} from the Raft group before its pod goes"))))
         }
-        None => Ok(plan.waiting.clone().map(|w| ("Waiting".into(), w))),
+        None => Ok(plan.waiting.clone().map(|w| Note::new("Waiting", w))),
     }
 }
 
@@ -262,10 +230,10 @@ impl HttpAdmin {
         Ok(Self { client })
     }
 
-    async fn post(&self, addr: &str, secret: &str, path: &str, body: serde_json::Value) -> Result<()> {
+    async fn post(&self, addr: &str, secret: &str, path: &str, body: &impl Serialize) -> Result<()> {
         let url = format!("http://{addr}{path}");
         let response =
-            self.client.post(&url).bearer_auth(secret).json(&body).send().await.map_err(|e| Error::Admin(format!("{url}: {e}")))?;
+            self.client.post(&url).bearer_auth(secret).json(body).send().await.map_err(|e| Error::Admin(format!("{url}: {e}")))?;
         let status = response.status();
         if status.is_success() {
             return Ok(());
@@ -278,7 +246,7 @@ impl HttpAdmin {
 #[async_trait::async_trait]
 impl AdminApi for HttpAdmin {
     async fn status(&self, addr: &str, secret: &str) -> Result<ClusterStatus> {
-        let url = format!("http://{addr}/admin/status");
+        let url = format!("http://{addr}{}", admin::STATUS);
         let response = self.client.get(&url).bearer_auth(secret).send().await.map_err(|e| Error::Admin(format!("{url}: {e}")))?;
         if !response.status().is_success() {
             return Err(Error::Admin(format!("{url}: {}", response.status())));
@@ -287,15 +255,15 @@ impl AdminApi for HttpAdmin {
     }
 
     async fn add_learner(&self, addr: &str, secret: &str, id: u64, member_addr: &str) -> Result<()> {
-        self.post(addr, secret, "/admin/learners", serde_json::json!({"id": id, "addr": member_addr})).await
+        self.post(addr, secret, admin::LEARNERS, &MemberRequest::new_member(id, member_addr)).await
     }
 
     async fn promote(&self, addr: &str, secret: &str, id: u64) -> Result<()> {
-        self.post(addr, secret, "/admin/promote", serde_json::json!({"id": id})).await
+        self.post(addr, secret, admin::PROMOTE, &MemberRequest::member(id)).await
     }
 
     async fn remove(&self, addr: &str, secret: &str, id: u64) -> Result<()> {
-        self.post(addr, secret, "/admin/remove", serde_json::json!({"id": id})).await
+        self.post(addr, secret, admin::REMOVE, &MemberRequest::member(id)).await
     }
 }
 
@@ -311,6 +279,7 @@ mod tests {
             learners: learners.to_vec(),
             members: voters.iter().chain(learners).map(|id| (*id, format!("n{id}:7070"))).collect(),
             replication_lag: lag.iter().copied().collect(),
+            ..ClusterStatus::default()
         }
     }
 
@@ -445,7 +414,7 @@ mod tests {
         let status = admin.status(&addresses[0].1, "s").await.unwrap();
         let plan = plan(4, 3, &status);
         let note = execute(admin.as_ref(), &plan, &status, &addresses, "s").await.unwrap();
-        assert_eq!(note, Some(("MemberAdded".to_string(), "added member 3 as a learner".to_string())));
+        assert_eq!(note, Some(Note::new("MemberAdded", "added member 3 as a learner")));
         assert_eq!(admin.calls(), vec![format!("add_learner 3 {} via {}", RecordedAdmin::addr("demo", 3), RecordedAdmin::addr("demo", 0))]);
     }
 }

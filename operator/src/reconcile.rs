@@ -1,14 +1,17 @@
-//! One reconcile of an `McpServer`: validate → build → apply → status.
+//! One reconcile of an `McpServer`, as a sequence of steps, each a function below:
 //!
-//! - validate: [`crate::validate`]; an invalid spec is reported in conditions and a Warning
-//!   event and nothing is applied (retrying cannot help; the next spec change reconciles again).
-//! - build: [`crate::builders`], pure.
+//! - validate ([`crate::validate`]): an invalid spec is reported in conditions and a Warning
+//!   event and nothing is applied (retrying cannot help; the next spec change reconciles again);
+//! - secret: the Secret the pods mount is read for its cluster secret; when the spec references
+//!   none and it does not exist yet, its material is generated (the apply step creates it). A
+//!   referenced Secret that is missing or incomplete blocks the reconcile with a condition;
+//! - membership ([`crate::membership`]): how many pods the StatefulSet may have now, and the
+//!   single Raft membership call (if any) that goes first;
+//! - build ([`crate::builders::Children`]): every child, once, pure;
 //! - apply: server-side apply with field manager [`crate::FIELD_MANAGER`], forced (the operator
 //!   owns these fields). The generated Secret is the exception: it is created only when absent,
-//!   never re-applied, so its random contents are never replaced.
-//! - membership: [`crate::membership`] decides how many pods the StatefulSet may have now and
-//!   which single Raft membership call (if any) goes first.
-//! - status: replicas, readiness, leader and members, conditions; events on notable changes.
+//!   never re-applied, so its random contents are never replaced. Events for what changed;
+//! - status: replicas, readiness, leader and members, conditions; when to look again.
 //!
 //! Errors are returned to the controller, whose [`error_policy`] requeues the object.
 
@@ -26,16 +29,17 @@ use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
+use switchboard_contract::admin::ClusterStatus;
 
 use crate::builders::{
-    self, CLUSTER_SECRET_KEY, CONFIG_HASH_ANNOTATION, ENCRYPTION_KEY_KEY, INITIAL_MEMBERS_ANNOTATION, Rollout, SecretMaterial, Settings,
-    Target,
+    CLUSTER_SECRET_KEY, CONFIG_HASH_ANNOTATION, Children, ENCRYPTION_KEY_KEY, INITIAL_MEMBERS_ANNOTATION, Rollout, SecretMaterial,
+    Settings, Target, config,
 };
 #[cfg(test)]
 use crate::crd::MemberRole;
 use crate::crd::{McpServer, McpServerStatus, condition};
-use crate::membership::{self, AdminApi};
-use crate::{Error, FIELD_MANAGER, Result, validate};
+use crate::membership::{self, AdminApi, Plan};
+use crate::{Error, FIELD_MANAGER, Note, Result, validate};
 
 /// What every reconcile shares.
 pub struct Context {
@@ -63,12 +67,58 @@ pub fn error_policy(mcp: Arc<McpServer>, error: &Error, _ctx: Arc<Context>) -> A
     Action::requeue(Duration::from_secs(15))
 }
 
+/// Reconcile one `McpServer`.
+pub async fn reconcile(mcp: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action> {
+    let target = Target::new(&mcp)?;
+    let now = Timestamp::now();
+    if let Err(Error::InvalidSpec(message)) = validate::validate(&mcp) {
+        return refuse_invalid_spec(&ctx, &mcp, &target, message, now).await;
+    }
+    let existing = Existing::read(&ctx.client, &target).await?;
+    let secret = match read_secret(&ctx, &mcp, &target).await? {
+        Ok(secret) => secret,
+        Err(problem) => return wait_for_secret(&ctx, &mcp, &target, &existing, problem, now).await,
+    };
+    let membership = scale_membership(&ctx, &mcp, &target, &existing, secret.cluster_secret()).await;
+    let children = Children::build(&target, &ctx.settings, membership.rollout, secret.to_generate());
+    let applied = apply_children(&ctx, &mcp, &target, children).await?;
+    announce_changes(&ctx, &mcp, &target, &existing, membership.rollout).await;
+    write_status(&ctx, &mcp, &target, &applied, membership, now).await
+}
+
+/// Validate step, when the spec is invalid: say why, apply nothing, wait for a spec change.
+async fn refuse_invalid_spec(ctx: &Context, mcp: &McpServer, target: &Target<'_>, message: String, now: Timestamp) -> Result<Action> {
+    let problem = Note::new("InvalidSpec", message);
+    publish(ctx, mcp, EventType::Warning, "Validate", &problem).await;
+    patch_status(&ctx.client, mcp, &invalid_status(mcp, target, problem, now)).await?;
+    Ok(Action::await_change())
+}
+
+/// Secret step, when the Secret is missing or incomplete: say why, apply nothing, look again soon.
+async fn wait_for_secret(
+    ctx: &Context,
+    mcp: &McpServer,
+    target: &Target<'_>,
+    existing: &Existing,
+    problem: Note,
+    now: Timestamp,
+) -> Result<Action> {
+    publish(ctx, mcp, EventType::Warning, "Validate", &problem).await;
+    patch_status(&ctx.client, mcp, &problem_status(mcp, target, existing, problem, now)).await?;
+    Ok(Action::requeue(ctx.progress_interval))
+}
+
 /// What the reconcile found before applying anything.
 struct Existing {
     statefulset: Option<StatefulSet>,
 }
 
 impl Existing {
+    async fn read(client: &Client, target: &Target<'_>) -> Result<Self> {
+        let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), &target.namespace);
+        Ok(Self { statefulset: statefulsets.get_opt(&target.name).await? })
+    }
+
     fn initial_members(&self, mcp: &McpServer) -> i32 {
         self.statefulset
             .as_ref()
@@ -85,163 +135,46 @@ impl Existing {
     }
 }
 
-/// Reconcile one `McpServer`.
-pub async fn reconcile(mcp: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action> {
-    let target = Target::new(&mcp)?;
-    let ns = target.namespace.clone();
-    let client = &ctx.client;
-    let now = Timestamp::now();
-
-    if let Err(Error::InvalidSpec(message)) = validate::validate(&mcp) {
-        publish(&ctx, &mcp, EventType::Warning, "InvalidSpec", "Validate", &message).await;
-        let status = invalid_status(&mcp, &target, &message, now);
-        patch_status(client, &mcp, &status).await?;
-        return Ok(Action::await_change());
-    }
-
-    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
-    let existing = Existing { statefulset: statefulsets.get_opt(&target.name).await? };
-
-    // The Secret first: the pods mount it, and membership calls carry its cluster secret.
-    let cluster_secret = match ensure_secret(&ctx, &mcp, &target).await? {
-        Ok(secret) => secret,
-        Err(problem) => {
-            publish(&ctx, &mcp, EventType::Warning, "SecretMissing", "Validate", &problem).await;
-            let status = problem_status(&mcp, &target, &existing, "SecretMissing", &problem, now);
-            patch_status(client, &mcp, &status).await?;
-            return Ok(Action::requeue(ctx.progress_interval));
-        }
-    };
-
-    // How many pods the StatefulSet may have now, and the one membership call that goes first.
-    let initial_members = existing.initial_members(&mcp);
-    let mut rollout = Rollout { initial_members, replicas: mcp.spec.replicas };
-    let mut cluster = None;
-    let mut membership_note = None;
-    if let (Some(admin), Some(current)) = (&ctx.admin, existing.replicas()) {
-        let addresses: Vec<(u64, String)> =
-            (0..current.max(mcp.spec.replicas)).map(|i| (i as u64, target.peer_address(i, &ctx.settings))).collect();
-        match membership::observe(admin.as_ref(), &addresses, &cluster_secret).await {
-            Ok(status) => {
-                let plan = membership::plan(mcp.spec.replicas, current, &status);
-                rollout.replicas = plan.statefulset_replicas;
-                // Related to the member's pod, so events about different members stay apart.
-                let pod = plan.step.as_ref().map(|s| format!("{}-{}", target.name, s.id()));
-                let executed = membership::execute(admin.as_ref(), &plan, &status, &addresses, &cluster_secret).await;
-                if let Err(e) = executed {
-                    // A refused call (a learner fell behind again, a leader change) is retried on
-                    // the next pass; the children are still applied on this one.
-                    let note = e.to_string();
-                    publish_about(&ctx, &mcp, EventType::Warning, "MembershipCallFailed", "Membership", &note, pod).await;
-                    membership_note = Some(("MembershipCallFailed".to_string(), note));
-                } else if let Ok(Some((reason, note))) = executed {
-                    publish_about(&ctx, &mcp, EventType::Normal, &reason, "Membership", &note, pod).await;
-                    membership_note = Some(("Scaling".to_string(), note));
-                } else if let Some(refusal) = &plan.refusal {
-                    publish(&ctx, &mcp, EventType::Warning, "ScaleRefused", "Membership", refusal).await;
-                    membership_note = Some(("ScaleRefused".to_string(), refusal.clone()));
-                } else if let Some(waiting) = &plan.waiting {
-                    membership_note = Some(("Scaling".to_string(), waiting.clone()));
-                }
-                cluster = Some((status, plan));
-            }
-            Err(e) => {
-                // No member answers: keep the StatefulSet where it is rather than guess.
-                tracing::info!(mcpserver = %target.name, error = %e, "cluster status unavailable; holding replicas");
-                rollout.replicas = current;
-                if current != mcp.spec.replicas {
-                    membership_note = Some(("WaitingForCluster".to_string(), format!("cannot scale to {} yet: {e}", mcp.spec.replicas)));
-                }
-            }
-        }
-    }
-
-    let settings = &ctx.settings;
-    apply(client, &ns, &builders::config::config_map(&target)).await?;
-    apply(client, &ns, &builders::services::peer_service(&target)).await?;
-    apply(client, &ns, &builders::services::client_service(&target)).await?;
-    apply(client, &ns, &builders::policy::pod_disruption_budget(&target)).await?;
-    apply(client, &ns, &builders::policy::network_policy(&target, settings)).await?;
-    let desired = builders::statefulset::statefulset(&target, settings, rollout);
-    let applied: StatefulSet = apply(client, &ns, &desired).await?;
-
-    match (existing.replicas(), existing.config_hash()) {
-        (None, _) => {
-            let note = format!("created the cluster with {} members", rollout.replicas);
-            publish(&ctx, &mcp, EventType::Normal, "Created", "Apply", &note).await;
-        }
-        (Some(before), hash) => {
-            if before != rollout.replicas {
-                let note = format!("StatefulSet scaled from {before} to {} pods", rollout.replicas);
-                publish(&ctx, &mcp, EventType::Normal, "Scaled", "Apply", &note).await;
-            }
-            let new_hash = builders::config::config_hash(&target);
-            if hash.as_deref() != Some(new_hash.as_str()) {
-                publish(&ctx, &mcp, EventType::Normal, "ConfigChanged", "Apply", "configuration changed; rolling the pods").await;
-            }
-        }
-    }
-
-    let observed = Observed::from_statefulset(&applied, mcp.spec.replicas, membership_note);
-    let mut status = McpServerStatus {
-        replicas: observed.replicas,
-        ready_replicas: observed.ready,
-        selector: Some(target.selector_string()),
-        observed_generation: mcp.metadata.generation,
-        conditions: conditions(&observed, previous_conditions(&mcp), mcp.metadata.generation, now),
-        ..McpServerStatus::default()
-    };
-    if let Some((cluster_status, _)) = &cluster {
-        status.leader = cluster_status.leader.map(|id| format!("{}-{id}", target.name));
-        status.members = membership::members(cluster_status, &target.name);
-    } else if let Some(previous) = &mcp.status {
-        // Keep what the admin API said last rather than blank it when it cannot be asked.
-        status.leader = previous.leader.clone();
-        status.members = previous.members.clone();
-    }
-    patch_status(client, &mcp, &status).await?;
-
-    let settled = observed.settled() && cluster.as_ref().is_none_or(|(_, plan)| plan.is_done());
-    Ok(Action::requeue(if settled { ctx.settled_interval } else { ctx.progress_interval }))
+/// The Secret the pods mount, as the secret step found it.
+enum PodSecret {
+    /// It exists and holds both keys.
+    Present { cluster_secret: String },
+    /// It does not exist and the spec references none: the apply step creates it from this.
+    ToGenerate(SecretMaterial),
 }
 
-/// Server-side apply of one child (forced: these fields are the operator's).
-pub async fn apply<K>(client: &Client, ns: &str, object: &K) -> Result<K>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
-{
-    let api: Api<K> = Api::namespaced(client.clone(), ns);
-    let name = object.meta().name.clone().ok_or(Error::MissingObjectKey("child metadata.name"))?;
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    Ok(api.patch(&name, &params, &Patch::Apply(object)).await?)
+impl PodSecret {
+    /// The secret every admin call carries.
+    fn cluster_secret(&self) -> &str {
+        match self {
+            PodSecret::Present { cluster_secret } => cluster_secret,
+            PodSecret::ToGenerate(material) => &material.cluster_secret,
+        }
+    }
+
+    /// Material of a Secret to generate, if one is to be.
+    fn to_generate(&self) -> Option<&SecretMaterial> {
+        match self {
+            PodSecret::Present { .. } => None,
+            PodSecret::ToGenerate(material) => Some(material),
+        }
+    }
 }
 
-/// Make sure the Secret the pods mount exists and holds both keys; returns its cluster secret.
-/// The generated one is created once and never touched again. The inner `Err` is a problem
-/// the user has to fix (a referenced Secret that is missing or incomplete).
-async fn ensure_secret(ctx: &Context, mcp: &McpServer, target: &Target<'_>) -> Result<Result<String, String>> {
+/// Secret step: read the Secret the pods mount. The inner `Err` is a problem the user has to fix
+/// (a referenced Secret that is missing, or a Secret without both keys).
+async fn read_secret(ctx: &Context, mcp: &McpServer, target: &Target<'_>) -> Result<Result<PodSecret, Note>> {
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &target.namespace);
     let name = target.secret_name();
     if let Some(found) = secrets.get_opt(&name).await? {
-        return Ok(secret_keys(&found).map_err(|missing| format!("Secret {name} has no {missing} key")));
+        return Ok(secret_keys(&found)
+            .map(|cluster_secret| PodSecret::Present { cluster_secret })
+            .map_err(|missing| Note::new("SecretMissing", format!("Secret {name} has no {missing} key"))));
     }
     if mcp.spec.secret_ref.is_some() {
-        return Ok(Err(format!("Secret {name} (spec.secretRef) does not exist")));
+        return Ok(Err(Note::new("SecretMissing", format!("Secret {name} (spec.secretRef) does not exist"))));
     }
-    let material = SecretMaterial::generate();
-    let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() };
-    match secrets.create(&params, &builders::config::secret(target, &material)).await {
-        Ok(_) => {
-            publish(ctx, mcp, EventType::Normal, "SecretGenerated", "Apply", &format!("generated Secret {name}")).await;
-            Ok(Ok(material.cluster_secret))
-        }
-        // Created between our read and our create: read it back, never replace it.
-        Err(kube::Error::Api(s)) if s.is_already_exists() => {
-            let found = secrets.get(&name).await?;
-            Ok(secret_keys(&found).map_err(|missing| format!("Secret {name} has no {missing} key")))
-        }
-        Err(e) => Err(e.into()),
-    }
+    Ok(Ok(PodSecret::ToGenerate(SecretMaterial::generate())))
 }
 
 /// The cluster secret of a Secret that has both keys, or the name of the missing key.
@@ -258,6 +191,158 @@ fn secret_keys(secret: &Secret) -> Result<String, &'static str> {
     value(CLUSTER_SECRET_KEY)
 }
 
+/// What the membership step decided.
+struct Membership {
+    /// What the StatefulSet is built with.
+    rollout: Rollout,
+    /// The leader's view and the plan made from it, when a member answered.
+    cluster: Option<(ClusterStatus, Plan)>,
+    /// A membership step under way, waited for or refused.
+    note: Option<Note>,
+}
+
+/// Membership step: how many pods the StatefulSet may have now, and the one membership call that
+/// goes first. Without an admin API or before the StatefulSet exists, the spec is followed.
+async fn scale_membership(ctx: &Context, mcp: &McpServer, target: &Target<'_>, existing: &Existing, cluster_secret: &str) -> Membership {
+    let mut rollout = Rollout { initial_members: existing.initial_members(mcp), replicas: mcp.spec.replicas };
+    let (Some(admin), Some(current)) = (&ctx.admin, existing.replicas()) else {
+        return Membership { rollout, cluster: None, note: None };
+    };
+    let addresses: Vec<(u64, String)> =
+        (0..current.max(mcp.spec.replicas)).map(|i| (i as u64, target.peer_address(i, &ctx.settings))).collect();
+    match membership::observe(admin.as_ref(), &addresses, cluster_secret).await {
+        Ok(status) => {
+            let plan = membership::plan(mcp.spec.replicas, current, &status);
+            rollout.replicas = plan.statefulset_replicas;
+            let executed = membership::execute(admin.as_ref(), &plan, &status, &addresses, cluster_secret).await;
+            let note = report_membership(ctx, mcp, target, &plan, executed).await;
+            Membership { rollout, cluster: Some((status, plan)), note }
+        }
+        Err(e) => {
+            // No member answers: keep the StatefulSet where it is rather than guess.
+            tracing::info!(mcpserver = %target.name, error = %e, "cluster status unavailable; holding replicas");
+            rollout.replicas = current;
+            let note = (current != mcp.spec.replicas)
+                .then(|| Note::new("WaitingForCluster", format!("cannot scale to {} yet: {e}", mcp.spec.replicas)));
+            Membership { rollout, cluster: None, note }
+        }
+    }
+}
+
+/// Publish what the plan's call did (or why there was none), and return the note for the
+/// conditions.
+async fn report_membership(
+    ctx: &Context,
+    mcp: &McpServer,
+    target: &Target<'_>,
+    plan: &Plan,
+    executed: Result<Option<Note>>,
+) -> Option<Note> {
+    // Related to the member's pod, so events about different members stay apart.
+    let pod = plan.step.as_ref().map(|s| format!("{}-{}", target.name, s.id()));
+    match executed {
+        Err(e) => {
+            // A refused call (a learner fell behind again, a leader change) is retried on the
+            // next pass; the children are still applied on this one.
+            let failed = Note::new("MembershipCallFailed", e.to_string());
+            publish_about(ctx, mcp, EventType::Warning, "Membership", &failed, pod).await;
+            Some(failed)
+        }
+        Ok(Some(done)) => {
+            publish_about(ctx, mcp, EventType::Normal, "Membership", &done, pod).await;
+            Some(Note::new("Scaling", done.message))
+        }
+        Ok(None) => match (&plan.refusal, &plan.waiting) {
+            (Some(refusal), _) => {
+                let refused = Note::new("ScaleRefused", refusal.clone());
+                publish(ctx, mcp, EventType::Warning, "Membership", &refused).await;
+                Some(refused)
+            }
+            (None, Some(waiting)) => Some(Note::new("Scaling", waiting.clone())),
+            (None, None) => None,
+        },
+    }
+}
+
+/// Apply step: every child, in order; returns the StatefulSet as the API server holds it now.
+async fn apply_children(ctx: &Context, mcp: &McpServer, target: &Target<'_>, children: Children) -> Result<StatefulSet> {
+    let Children { secret, config_map, peer_service, client_service, pod_disruption_budget, network_policy, statefulset } = children;
+    let (client, ns) = (&ctx.client, target.namespace.as_str());
+    // The Secret first: the pods mount it.
+    if let Some(secret) = secret {
+        create_secret(ctx, mcp, target, &secret).await?;
+    }
+    apply(client, ns, &config_map).await?;
+    apply(client, ns, &peer_service).await?;
+    apply(client, ns, &client_service).await?;
+    apply(client, ns, &pod_disruption_budget).await?;
+    apply(client, ns, &network_policy).await?;
+    apply(client, ns, &statefulset).await
+}
+
+/// Create the generated Secret. It is never applied again, so its random contents are never
+/// replaced.
+async fn create_secret(ctx: &Context, mcp: &McpServer, target: &Target<'_>, secret: &Secret) -> Result<()> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &target.namespace);
+    let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() };
+    match secrets.create(&params, secret).await {
+        Ok(_) => {
+            let generated = Note::new("SecretGenerated", format!("generated Secret {}", target.generated_secret_name()));
+            publish(ctx, mcp, EventType::Normal, "Apply", &generated).await;
+            Ok(())
+        }
+        // Created between our read and our create: keep it, never replace it (the secret step
+        // of the next pass checks its keys).
+        Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Server-side apply of one child (forced: these fields are the operator's).
+pub async fn apply<K>(client: &Client, ns: &str, object: &K) -> Result<K>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    let name = object.meta().name.clone().ok_or(Error::MissingObjectKey("child metadata.name"))?;
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    Ok(api.patch(&name, &params, &Patch::Apply(object)).await?)
+}
+
+/// Events for what the apply step changed: a new cluster, a scale, a configuration change.
+async fn announce_changes(ctx: &Context, mcp: &McpServer, target: &Target<'_>, existing: &Existing, rollout: Rollout) {
+    let Some(before) = existing.replicas() else {
+        let created = Note::new("Created", format!("created the cluster with {} members", rollout.replicas));
+        return publish(ctx, mcp, EventType::Normal, "Apply", &created).await;
+    };
+    if before != rollout.replicas {
+        let scaled = Note::new("Scaled", format!("StatefulSet scaled from {before} to {} pods", rollout.replicas));
+        publish(ctx, mcp, EventType::Normal, "Apply", &scaled).await;
+    }
+    if existing.config_hash().as_deref() != Some(config::config_hash(target).as_str()) {
+        let changed = Note::new("ConfigChanged", "configuration changed; rolling the pods");
+        publish(ctx, mcp, EventType::Normal, "Apply", &changed).await;
+    }
+}
+
+/// Status step: what the applied StatefulSet and the cluster report; look again soon while
+/// anything is still under way.
+async fn write_status(
+    ctx: &Context,
+    mcp: &McpServer,
+    target: &Target<'_>,
+    applied: &StatefulSet,
+    membership: Membership,
+    now: Timestamp,
+) -> Result<Action> {
+    let Membership { cluster, note, rollout: _ } = membership;
+    let observed = Observed::from_statefulset(applied, mcp.spec.replicas, note);
+    let status = running_status(mcp, target, &observed, cluster.as_ref().map(|(status, _)| status), now);
+    patch_status(&ctx.client, mcp, &status).await?;
+    let settled = observed.settled() && cluster.as_ref().is_none_or(|(_, plan)| plan.is_done());
+    Ok(Action::requeue(if settled { ctx.settled_interval } else { ctx.progress_interval }))
+}
+
 async fn patch_status(client: &Client, mcp: &McpServer, status: &McpServerStatus) -> Result<()> {
     let api: Api<McpServer> = Api::namespaced(client.clone(), &mcp.namespace().unwrap_or_default());
     let patch = json!({ "apiVersion": McpServer::api_version(&()), "kind": McpServer::kind(&()), "status": status });
@@ -266,12 +351,12 @@ async fn patch_status(client: &Client, mcp: &McpServer, status: &McpServerStatus
 }
 
 /// Publish an event about the McpServer; a failure to publish is logged, never fatal.
-async fn publish(ctx: &Context, mcp: &McpServer, type_: EventType, reason: &str, action: &str, note: &str) {
-    publish_about(ctx, mcp, type_, reason, action, note, None).await
+async fn publish(ctx: &Context, mcp: &McpServer, type_: EventType, action: &str, note: &Note) {
+    publish_about(ctx, mcp, type_, action, note, None).await
 }
 
 /// Publish an event about the McpServer, related to one of its pods.
-async fn publish_about(ctx: &Context, mcp: &McpServer, type_: EventType, reason: &str, action: &str, note: &str, pod: Option<String>) {
+async fn publish_about(ctx: &Context, mcp: &McpServer, type_: EventType, action: &str, note: &Note, pod: Option<String>) {
     let secondary = pod.map(|name| ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("Pod".into()),
@@ -279,9 +364,15 @@ async fn publish_about(ctx: &Context, mcp: &McpServer, type_: EventType, reason:
         namespace: mcp.namespace(),
         ..ObjectReference::default()
     });
-    let event = Event { type_, reason: reason.into(), note: Some(note.chars().take(1000).collect()), action: action.into(), secondary };
+    let event = Event {
+        type_,
+        reason: note.reason.into(),
+        note: Some(note.message.chars().take(1000).collect()),
+        action: action.into(),
+        secondary,
+    };
     if let Err(e) = ctx.recorder.publish(&event, &mcp.object_ref(&())).await {
-        tracing::warn!(reason, error = %e, "could not publish event");
+        tracing::warn!(reason = note.reason, error = %e, "could not publish event");
     }
 }
 
@@ -300,14 +391,14 @@ pub struct Observed {
     pub ready: i32,
     /// Every pod runs the current template and the StatefulSet controller has seen the latest spec.
     pub updated: bool,
-    /// A problem the user has to fix: (reason, message).
-    pub problem: Option<(String, String)>,
-    /// A membership step under way, waited for or refused: (reason, message).
-    pub membership: Option<(String, String)>,
+    /// A problem the user has to fix.
+    pub problem: Option<Note>,
+    /// A membership step under way, waited for or refused.
+    pub membership: Option<Note>,
 }
 
 impl Observed {
-    pub fn from_statefulset(sts: &StatefulSet, desired: i32, membership: Option<(String, String)>) -> Self {
+    pub fn from_statefulset(sts: &StatefulSet, desired: i32, membership: Option<Note>) -> Self {
         let spec_replicas = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
         let status = sts.status.clone().unwrap_or_default();
         let seen = status.observed_generation.unwrap_or(0) >= sts.metadata.generation.unwrap_or(0);
@@ -342,15 +433,15 @@ fn condition(
 pub fn conditions(o: &Observed, previous: &[Condition], generation: Option<i64>, now: Timestamp) -> Vec<Condition> {
     let ready = o.problem.is_none() && o.ready >= o.desired && o.replicas == o.desired;
     let (ready_reason, ready_message) = match &o.problem {
-        Some((reason, message)) => (reason.as_str(), message.clone()),
+        Some(problem) => (problem.reason, problem.message.clone()),
         None if ready => ("AllMembersReady", format!("{}/{} pods ready", o.ready, o.desired)),
         None => ("MembersNotReady", format!("{}/{} pods ready", o.ready, o.desired)),
     };
     let progressing = o.problem.is_none() && !o.settled();
     let (progress_reason, progress_message) = if o.problem.is_some() {
         ("Blocked", "waiting for the problem to be fixed".to_string())
-    } else if let Some((reason, message)) = &o.membership {
-        (reason.as_str(), message.clone())
+    } else if let Some(note) = &o.membership {
+        (note.reason, note.message.clone())
     } else if o.replicas != o.desired {
         ("Scaling", format!("{} pods, {} wanted", o.replicas, o.desired))
     } else if !o.updated {
@@ -362,7 +453,7 @@ pub fn conditions(o: &Observed, previous: &[Condition], generation: Option<i64>,
     };
     let quorum = o.replicas / 2 + 1;
     let (degraded, degraded_reason, degraded_message) = match &o.problem {
-        Some((reason, message)) => (true, reason.as_str(), message.clone()),
+        Some(problem) => (true, problem.reason, problem.message.clone()),
         None if o.replicas > 0 && o.ready < quorum && o.updated => {
             (true, "QuorumLost", format!("{}/{} pods ready; a Raft majority needs {quorum}", o.ready, o.replicas))
         }
@@ -376,13 +467,13 @@ pub fn conditions(o: &Observed, previous: &[Condition], generation: Option<i64>,
 }
 
 /// Status of an McpServer whose spec is invalid: nothing is applied.
-fn invalid_status(mcp: &McpServer, target: &Target, message: &str, now: Timestamp) -> McpServerStatus {
+fn invalid_status(mcp: &McpServer, target: &Target, problem: Note, now: Timestamp) -> McpServerStatus {
     let previous = mcp.status.clone().unwrap_or_default();
     let observed = Observed {
         desired: mcp.spec.replicas,
         replicas: previous.replicas,
         ready: previous.ready_replicas,
-        problem: Some(("InvalidSpec".into(), message.into())),
+        problem: Some(problem),
         ..Observed::default()
     };
     McpServerStatus {
@@ -394,14 +485,14 @@ fn invalid_status(mcp: &McpServer, target: &Target, message: &str, now: Timestam
 }
 
 /// Status while a problem outside the spec (a missing Secret) blocks the reconcile.
-fn problem_status(mcp: &McpServer, target: &Target, existing: &Existing, reason: &str, message: &str, now: Timestamp) -> McpServerStatus {
+fn problem_status(mcp: &McpServer, target: &Target, existing: &Existing, problem: Note, now: Timestamp) -> McpServerStatus {
     let previous = mcp.status.clone().unwrap_or_default();
     let mut observed = existing
         .statefulset
         .as_ref()
         .map(|s| Observed::from_statefulset(s, mcp.spec.replicas, None))
         .unwrap_or(Observed { desired: mcp.spec.replicas, ..Observed::default() });
-    observed.problem = Some((reason.into(), message.into()));
+    observed.problem = Some(problem);
     McpServerStatus {
         replicas: observed.replicas,
         ready_replicas: observed.ready,
@@ -410,6 +501,34 @@ fn problem_status(mcp: &McpServer, target: &Target, existing: &Existing, reason:
         conditions: conditions(&observed, &previous.conditions, mcp.metadata.generation, now),
         ..previous
     }
+}
+
+/// Status of a cluster that was applied: what the StatefulSet reports, and the leader and members
+/// the admin API reported (or, when it could not be asked, what it reported last).
+fn running_status(
+    mcp: &McpServer,
+    target: &Target,
+    observed: &Observed,
+    cluster: Option<&ClusterStatus>,
+    now: Timestamp,
+) -> McpServerStatus {
+    let mut status = McpServerStatus {
+        replicas: observed.replicas,
+        ready_replicas: observed.ready,
+        selector: Some(target.selector_string()),
+        observed_generation: mcp.metadata.generation,
+        conditions: conditions(observed, previous_conditions(mcp), mcp.metadata.generation, now),
+        ..McpServerStatus::default()
+    };
+    if let Some(cluster) = cluster {
+        status.leader = cluster.leader.map(|id| format!("{}-{id}", target.name));
+        status.members = membership::members(cluster, &target.name);
+    } else if let Some(previous) = &mcp.status {
+        // Keep what the admin API said last rather than blank it when it cannot be asked.
+        status.leader = previous.leader.clone();
+        status.members = previous.members.clone();
+    }
+    status
 }
 
 #[cfg(test)]

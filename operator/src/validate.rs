@@ -6,9 +6,9 @@
 //! operator sets. Every problem found is reported, each as one clear sentence.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use kube::ResourceExt;
+use switchboard_contract::duration::parse_duration;
 
 use crate::builders::RESERVED_ENV;
 use crate::crd::McpServer;
@@ -17,29 +17,6 @@ use crate::{Error, Result};
 /// Longest `metadata.name`: pods are `NAME-ORDINAL` and the StatefulSet's revision label adds a
 /// hash, all within a 63-character label value.
 pub const MAX_NAME_LEN: usize = 52;
-
-/// Parse the duration format the node's flags accept and the CRD's CEL rule allows: a whole
-/// number followed by `ms`, `s`, `m` or `h`, greater than zero.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    if digits.is_empty() || digits.len() > 9 {
-        return Err(format!("{text:?} is not a duration: expected a whole number followed by ms, s, m or h (such as 30s or 5m)"));
-    }
-    let n: u64 = digits.parse().map_err(|_| format!("{text:?} is not a duration"))?;
-    let millis = match unit {
-        "ms" => n,
-        "s" => n * 1_000,
-        "m" => n * 60_000,
-        "h" => n * 3_600_000,
-        "" => return Err(format!("{text:?} has no unit: write it as {text}s, {text}m, ...")),
-        _ => return Err(format!("{text:?} has an unknown unit {unit:?}: use ms, s, m or h")),
-    };
-    if millis == 0 {
-        return Err(format!("{text:?} must be greater than zero"));
-    }
-    Ok(Duration::from_millis(millis))
-}
 
 /// Check an `McpServer`; `Err(Error::InvalidSpec)` lists every problem, separated by `; `.
 pub fn validate(mcp: &McpServer) -> Result<()> {
@@ -129,21 +106,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_in_the_node_format_parse() {
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-    }
-
-    #[test]
-    fn durations_the_node_or_cel_would_refuse_are_refused() {
-        for bad in ["", "5", "0s", "1h30m", "5 m", "-1s", "1.5s", "5d", "m", "1234567890s"] {
-            assert!(parse_duration(bad).is_err(), "{bad:?} should be refused");
-        }
-        assert!(parse_duration("5").unwrap_err().contains("no unit"));
-        assert!(parse_duration("5d").unwrap_err().contains("unknown unit"));
-        assert!(parse_duration("0s").unwrap_err().contains("greater than zero"));
+    fn durations_are_read_as_the_node_reads_them() {
+        let mcp = McpServer::test().timeouts("30", "250ms", "1h").raft("100ms", "2");
+        assert_eq!(problems(&mcp), Vec::<String>::new(), "a bare number is seconds");
+        let mcp = McpServer::test().raft("3", "2");
+        assert_eq!(problems(&mcp), vec!["spec.raft.heartbeatInterval (3) must be shorter than spec.raft.electionTimeout (2)".to_string()]);
     }
 
     #[test]
@@ -180,7 +147,7 @@ mod spec_tests {
             (McpServer::test().replicas(0), "spec.replicas is 0, but at least 1 is needed"),
             (McpServer::test().image(""), "spec.image is empty"),
             (McpServer::test().image("switchboard: latest"), "contains whitespace"),
-            (McpServer::test().timeouts("5", "10m", "1h"), r#"spec.timeouts.elicitation: "5" has no unit"#),
+            (McpServer::test().timeouts("1.5m", "10m", "1h"), r#"spec.timeouts.elicitation: "1.5m" has a fraction"#),
             (McpServer::test().timeouts("5m", "10d", "1h"), r#"spec.timeouts.sampling: "10d" has an unknown unit "d""#),
             (McpServer::test().timeouts("5m", "10m", "0h"), r#"spec.timeouts.session: "0h" must be greater than zero"#),
             (McpServer::test().raft("1s", "1s"), "spec.raft.heartbeatInterval (1s) must be shorter than spec.raft.electionTimeout (1s)"),
@@ -199,7 +166,7 @@ mod spec_tests {
 
     #[test]
     fn every_problem_is_reported_at_once() {
-        let mcp = McpServer::test().replicas(0).timeouts("5", "10m", "1h").service_port(70000);
+        let mcp = McpServer::test().replicas(0).timeouts("5x", "10m", "1h").service_port(70000);
         let all = problems(&mcp);
         assert_eq!(all.len(), 3, "{all:?}");
         assert_eq!(message(&mcp).matches("; ").count(), 2);

@@ -18,9 +18,10 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Secret};
 use serde_json::{Value, json};
+use switchboard_contract::admin::ClusterStatus;
 use switchboard_operator::builders::{self, Rollout, SecretMaterial, Settings, Target};
 use switchboard_operator::crd::McpServer;
-use switchboard_operator::membership::{self, ClusterStatus, HttpAdmin, Step};
+use switchboard_operator::membership::{self, HttpAdmin, Step};
 use tokio::process::{Child, Command};
 
 /// `tools/demo`, as the API server would hand it to the operator.

@@ -11,11 +11,18 @@
 //! | Secret (generated once) | `NAME-secret` | [`config::secret`] |
 //! | PodDisruptionBudget | `NAME` | [`policy::pod_disruption_budget`] |
 //! | NetworkPolicy | `NAME-peers` | [`policy::network_policy`] |
+//!
+//! [`Children::build`] makes all of them at once, as one value.
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
+use switchboard_contract::env;
 
 use crate::crd::McpServer;
 use crate::{Error, Result};
@@ -49,26 +56,33 @@ pub const INITIAL_MEMBERS_ANNOTATION: &str = "switchboard.dev/initial-members";
 /// The container's name.
 pub const CONTAINER: &str = "switchboard";
 
+/// Not a node flag: the pod's own name (from the downward API), so that
+/// `SWITCHBOARD_ADVERTISE_PEER` can say `$(POD_NAME).NAME-peers...`.
+pub const POD_NAME: &str = "POD_NAME";
+
 /// Environment variables the operator sets on the node container; `spec.env` may not use them.
+/// [`env::LOG_FORMAT`] is set too, but only as a default the user may override.
 pub const RESERVED_ENV: &[&str] = &[
-    "POD_NAME",
-    "SWITCHBOARD_LISTEN",
-    "SWITCHBOARD_PEER_LISTEN",
-    "SWITCHBOARD_METRICS_LISTEN",
-    "SWITCHBOARD_ADVERTISE_PEER",
-    "SWITCHBOARD_PEERS",
-    "SWITCHBOARD_JOIN",
-    "SWITCHBOARD_NODE_ID",
-    "SWITCHBOARD_DATA_DIR",
-    "SWITCHBOARD_STORE",
-    "SWITCHBOARD_CLUSTER_SECRET_FILE",
-    "SWITCHBOARD_ENCRYPTION_KEY_FILE",
-    "SWITCHBOARD_ELICITATION_TIMEOUT",
-    "SWITCHBOARD_SAMPLING_TIMEOUT",
-    "SWITCHBOARD_SESSION_TTL",
-    "SWITCHBOARD_HEARTBEAT_INTERVAL",
-    "SWITCHBOARD_ELECTION_TIMEOUT",
-    "SWITCHBOARD_ALLOWED_HOSTS",
+    // Pod variables that are not node flags.
+    POD_NAME,
+    // `switchboard serve` flags.
+    env::LISTEN,
+    env::PEER_LISTEN,
+    env::METRICS_LISTEN,
+    env::ADVERTISE_PEER,
+    env::PEERS,
+    env::JOIN,
+    env::NODE_ID,
+    env::DATA_DIR,
+    env::STORE,
+    env::CLUSTER_SECRET_FILE,
+    env::ENCRYPTION_KEY_FILE,
+    env::ELICITATION_TIMEOUT,
+    env::SAMPLING_TIMEOUT,
+    env::SESSION_TTL,
+    env::HEARTBEAT_INTERVAL,
+    env::ELECTION_TIMEOUT,
+    env::ALLOWED_HOSTS,
 ];
 
 /// Operator-wide settings that shape the children (from the operator's flags).
@@ -204,6 +218,58 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests;
 
+/// Every child of an `McpServer`, built once. Whatever consumes it (the reconcile's apply step,
+/// [`Children::into_json`] for `render` and the tests) takes it apart with a pattern naming every
+/// field, so a new child cannot be left out of either.
+#[derive(Clone, Debug)]
+pub struct Children {
+    /// The generated Secret: only when the spec references none and there is material for one
+    /// (a Secret that already exists is never rebuilt).
+    pub secret: Option<Secret>,
+    pub config_map: ConfigMap,
+    pub peer_service: Service,
+    pub client_service: Service,
+    pub pod_disruption_budget: PodDisruptionBudget,
+    pub network_policy: NetworkPolicy,
+    pub statefulset: StatefulSet,
+}
+
+impl Children {
+    /// Build every child. `material` is the random part of a Secret to generate, if one is to be.
+    pub fn build(target: &Target, settings: &Settings, rollout: Rollout, material: Option<&SecretMaterial>) -> Self {
+        let secret = match (&target.mcp.spec.secret_ref, material) {
+            (None, Some(material)) => Some(config::secret(target, material)),
+            _ => None,
+        };
+        Self {
+            secret,
+            config_map: config::config_map(target),
+            peer_service: services::peer_service(target),
+            client_service: services::client_service(target),
+            pod_disruption_budget: policy::pod_disruption_budget(target),
+            network_policy: policy::network_policy(target, settings),
+            statefulset: statefulset::statefulset(target, settings, rollout),
+        }
+    }
+
+    /// Every child as JSON, in apply order (the Secret first, when there is one).
+    pub fn into_json(self) -> Result<Vec<serde_json::Value>> {
+        let Children { secret, config_map, peer_service, client_service, pod_disruption_budget, network_policy, statefulset } = self;
+        let json = |v: serde_json::Result<serde_json::Value>| v.map_err(|e| Error::Serialization(e.to_string()));
+        let mut out = Vec::new();
+        if let Some(secret) = secret {
+            out.push(json(serde_json::to_value(secret))?);
+        }
+        out.push(json(serde_json::to_value(config_map))?);
+        out.push(json(serde_json::to_value(peer_service))?);
+        out.push(json(serde_json::to_value(client_service))?);
+        out.push(json(serde_json::to_value(pod_disruption_budget))?);
+        out.push(json(serde_json::to_value(network_policy))?);
+        out.push(json(serde_json::to_value(statefulset))?);
+        Ok(out)
+    }
+}
+
 /// Every child as JSON, in apply order (the Secret first, when there is one to generate).
 /// Used by `switchboard-operator render` and the tests that run the pod template.
 pub fn children(
@@ -212,38 +278,5 @@ pub fn children(
     rollout: Rollout,
     material: Option<&SecretMaterial>,
 ) -> Result<Vec<serde_json::Value>> {
-    let json = |v: serde_json::Result<serde_json::Value>| v.map_err(|e| Error::Serialization(e.to_string()));
-    let mut out = Vec::new();
-    if let (None, Some(material)) = (&target.mcp.spec.secret_ref, material) {
-        out.push(json(serde_json::to_value(config::secret(target, material)))?);
-    }
-    out.push(json(serde_json::to_value(config::config_map(target)))?);
-    out.push(json(serde_json::to_value(services::peer_service(target)))?);
-    out.push(json(serde_json::to_value(services::client_service(target)))?);
-    out.push(json(serde_json::to_value(policy::pod_disruption_budget(target)))?);
-    out.push(json(serde_json::to_value(policy::network_policy(target, settings)))?);
-    out.push(json(serde_json::to_value(statefulset::statefulset(target, settings, rollout)))?);
-    Ok(out)
-}
-
-/// An `McpServer` read from YAML, validated, rendered into its children as a multi-document
-/// YAML stream (`switchboard-operator render`). Objects read from a file have no namespace or
-/// uid yet: `namespace` fills the first, a fixed placeholder the second.
-pub fn render_yaml(yaml: &str, namespace: &str, settings: &Settings) -> Result<String> {
-    let mut mcp: McpServer = serde_saphyr::from_str(yaml).map_err(|e| Error::Serialization(format!("not an McpServer: {e}")))?;
-    if mcp.metadata.namespace.is_none() {
-        mcp.metadata.namespace = Some(namespace.into());
-    }
-    if mcp.metadata.uid.is_none() {
-        mcp.metadata.uid = Some("00000000-0000-0000-0000-000000000000".into());
-    }
-    crate::validate::validate(&mcp)?;
-    let target = Target::new(&mcp)?;
-    let objects = children(&target, settings, Rollout::initial(&mcp), Some(&SecretMaterial::generate()))?;
-    let mut out = String::new();
-    for object in objects {
-        out.push_str("---\n");
-        out.push_str(&serde_saphyr::to_string(&object).map_err(|e| Error::Serialization(e.to_string()))?);
-    }
-    Ok(out)
+    Children::build(target, settings, rollout, material).into_json()
 }

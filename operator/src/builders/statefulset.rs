@@ -11,11 +11,12 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use switchboard_contract::env;
 
 use super::config::{self, config_hash};
 use super::{
     CLUSTER_SECRET_KEY, CONFIG_HASH_ANNOTATION, CONTAINER, DATA_DIR, ENCRYPTION_KEY_KEY, INITIAL_MEMBERS_ANNOTATION, MCP_PORT,
-    METRICS_PORT, PEER_PORT, Rollout, SECRET_DIR, Settings, Target,
+    METRICS_PORT, PEER_PORT, POD_NAME, Rollout, SECRET_DIR, Settings, Target,
 };
 
 /// The non-root user and group the node runs as (the image's `nonroot` user).
@@ -28,7 +29,7 @@ pub fn peers_flag(target: &Target, settings: &Settings, initial_members: i32) ->
     (0..initial_members).map(|i| format!("{i}={}", target.peer_address(i, settings))).collect::<Vec<_>>().join(",")
 }
 
-fn env(name: &str, value: impl Into<String>) -> EnvVar {
+fn var(name: &str, value: impl Into<String>) -> EnvVar {
     EnvVar { name: name.into(), value: Some(value.into()), value_from: None }
 }
 
@@ -48,33 +49,33 @@ fn env_from_config(target: &Target, name: &str, key: &str) -> EnvVar {
 pub fn container_env(target: &Target, settings: &Settings, rollout: Rollout) -> Vec<EnvVar> {
     let mut vars = vec![
         EnvVar {
-            name: "POD_NAME".into(),
+            name: POD_NAME.into(),
             value: None,
             value_from: Some(EnvVarSource {
                 field_ref: Some(ObjectFieldSelector { field_path: "metadata.name".into(), api_version: None }),
                 ..EnvVarSource::default()
             }),
         },
-        env("SWITCHBOARD_LISTEN", format!("0.0.0.0:{MCP_PORT}")),
-        env("SWITCHBOARD_PEER_LISTEN", format!("0.0.0.0:{PEER_PORT}")),
-        env("SWITCHBOARD_METRICS_LISTEN", format!("0.0.0.0:{METRICS_PORT}")),
+        var(env::LISTEN, format!("0.0.0.0:{MCP_PORT}")),
+        var(env::PEER_LISTEN, format!("0.0.0.0:{PEER_PORT}")),
+        var(env::METRICS_LISTEN, format!("0.0.0.0:{METRICS_PORT}")),
         // Kubernetes expands $(POD_NAME) from the variable above.
-        env(
-            "SWITCHBOARD_ADVERTISE_PEER",
-            format!("$(POD_NAME).{}.{}.svc.{}:{PEER_PORT}", target.peer_service_name(), target.namespace, settings.cluster_domain),
+        var(
+            env::ADVERTISE_PEER,
+            format!("$({POD_NAME}).{}.{}.svc.{}:{PEER_PORT}", target.peer_service_name(), target.namespace, settings.cluster_domain),
         ),
-        env("SWITCHBOARD_PEERS", peers_flag(target, settings, rollout.initial_members)),
-        env("SWITCHBOARD_DATA_DIR", DATA_DIR),
-        env("SWITCHBOARD_CLUSTER_SECRET_FILE", format!("{SECRET_DIR}/{CLUSTER_SECRET_KEY}")),
-        env("SWITCHBOARD_ENCRYPTION_KEY_FILE", format!("{SECRET_DIR}/{ENCRYPTION_KEY_KEY}")),
-        env_from_config(target, "SWITCHBOARD_ELICITATION_TIMEOUT", config::ELICITATION_TIMEOUT),
-        env_from_config(target, "SWITCHBOARD_SAMPLING_TIMEOUT", config::SAMPLING_TIMEOUT),
-        env_from_config(target, "SWITCHBOARD_SESSION_TTL", config::SESSION_TTL),
-        env_from_config(target, "SWITCHBOARD_HEARTBEAT_INTERVAL", config::HEARTBEAT_INTERVAL),
-        env_from_config(target, "SWITCHBOARD_ELECTION_TIMEOUT", config::ELECTION_TIMEOUT),
+        var(env::PEERS, peers_flag(target, settings, rollout.initial_members)),
+        var(env::DATA_DIR, DATA_DIR),
+        var(env::CLUSTER_SECRET_FILE, format!("{SECRET_DIR}/{CLUSTER_SECRET_KEY}")),
+        var(env::ENCRYPTION_KEY_FILE, format!("{SECRET_DIR}/{ENCRYPTION_KEY_KEY}")),
+        env_from_config(target, env::ELICITATION_TIMEOUT, config::ELICITATION_TIMEOUT),
+        env_from_config(target, env::SAMPLING_TIMEOUT, config::SAMPLING_TIMEOUT),
+        env_from_config(target, env::SESSION_TTL, config::SESSION_TTL),
+        env_from_config(target, env::HEARTBEAT_INTERVAL, config::HEARTBEAT_INTERVAL),
+        env_from_config(target, env::ELECTION_TIMEOUT, config::ELECTION_TIMEOUT),
         // Clients arrive through the Service under whatever host name it has.
-        env("SWITCHBOARD_ALLOWED_HOSTS", "*"),
-        env("SWITCHBOARD_LOG_FORMAT", "json"),
+        var(env::ALLOWED_HOSTS, "*"),
+        var(env::LOG_FORMAT, "json"),
     ];
     vars.extend(target.mcp.spec.env.iter().cloned());
     vars

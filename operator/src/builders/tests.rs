@@ -65,6 +65,20 @@ fn every_child_is_named_labelled_and_owned_by_the_mcpserver() {
 }
 
 #[test]
+fn children_come_in_apply_order_with_a_secret_only_to_generate() {
+    let kinds = |mcp: &McpServer, material: Option<&SecretMaterial>| -> Vec<String> {
+        let target = Target::new(mcp).unwrap();
+        let objects = Children::build(&target, &Settings::default(), Rollout::initial(mcp), material).into_json().unwrap();
+        objects.iter().map(|o| o["kind"].as_str().unwrap().to_string()).collect()
+    };
+    let all = ["Secret", "ConfigMap", "Service", "Service", "PodDisruptionBudget", "NetworkPolicy", "StatefulSet"];
+    let material = SecretMaterial::generate();
+    assert_eq!(kinds(&McpServer::test(), Some(&material)), all);
+    assert_eq!(kinds(&McpServer::test(), None), all[1..], "no material: the Secret exists already");
+    assert_eq!(kinds(&McpServer::test().secret_ref("mcp-keys"), Some(&material)), all[1..], "a referenced Secret is the user's");
+}
+
+#[test]
 fn an_object_without_uid_or_namespace_is_refused() {
     let mut mcp = McpServer::test();
     mcp.metadata.uid = None;
@@ -134,6 +148,13 @@ fn container_runs_switchboard_serve_configured_through_the_environment() {
     }
     let ports: Vec<(String, i32)> = c.ports.unwrap().into_iter().map(|p| (p.name.unwrap(), p.container_port)).collect();
     assert_eq!(ports, vec![("mcp".into(), 8080), ("peer".into(), 7070), ("metrics".into(), 9090)]);
+}
+
+#[test]
+fn reserved_names_are_node_flags_or_pod_variables() {
+    for name in RESERVED_ENV {
+        assert!(switchboard_contract::env::SERVE.contains(name) || *name == POD_NAME, "{name} is neither a serve flag nor POD_NAME");
+    }
 }
 
 #[test]

@@ -199,7 +199,7 @@ async fn an_incomplete_referenced_secret_is_reported() {
 #[tokio::test]
 async fn an_invalid_spec_applies_nothing_and_says_why() {
     let (ctx, fake) = Context::test(None);
-    let mcp = McpServer::test().timeouts("5", "10m", "1h");
+    let mcp = McpServer::test().timeouts("1.5m", "10m", "1h");
     store(&fake, &mcp);
 
     let action = reconcile(Arc::new(mcp.clone()), ctx).await.unwrap();
@@ -212,7 +212,7 @@ async fn an_invalid_spec_applies_nothing_and_says_why() {
     }
     let degraded = condition(&now, "Degraded");
     assert_eq!(degraded.reason, "InvalidSpec");
-    assert!(degraded.message.contains(r#"spec.timeouts.elicitation: "5" has no unit"#), "{}", degraded.message);
+    assert!(degraded.message.contains(r#"spec.timeouts.elicitation: "1.5m" has a fraction"#), "{}", degraded.message);
     assert_eq!(degraded.observed_generation, Some(1));
 }
 

@@ -1,0 +1,157 @@
+//! The admin API on the peer port (JSON; every request carries `Authorization: Bearer <cluster
+//! secret>`).
+//!
+//! | call | body | answer |
+//! | --- | --- | --- |
+//! | `GET` [`STATUS`] | none | [`ClusterStatus`] |
+//! | `POST` [`LEARNERS`] | [`MemberRequest`] with `addr` | the node is added as a learner |
+//! | `POST` [`PROMOTE`] | [`MemberRequest`] | a learner at most [`PROMOTE_MAX_LAG`] behind becomes a voter |
+//! | `POST` [`REMOVE`] | [`MemberRequest`] | the member leaves the Raft group |
+//! | `POST` [`JOIN`] | [`MemberRequest`] with `addr` | learner, caught up, then voter |
+//!
+//! Membership calls reaching a follower are forwarded to the leader.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// `GET`: the answering node's [`ClusterStatus`].
+pub const STATUS: &str = "/admin/status";
+/// `POST` [`MemberRequest`] `{id, addr}`: add a learner.
+pub const LEARNERS: &str = "/admin/learners";
+/// `POST` [`MemberRequest`] `{id}`: make a caught-up learner a voter.
+pub const PROMOTE: &str = "/admin/promote";
+/// `POST` [`MemberRequest`] `{id}`: remove a member.
+pub const REMOVE: &str = "/admin/remove";
+/// `POST` [`MemberRequest`] `{id, addr}`: add a learner, wait until it has caught up, promote it.
+pub const JOIN: &str = "/admin/join";
+
+/// A learner is promoted only once it is at most this many entries behind the leader: the node
+/// refuses a promotion beyond it, and the operator waits for it.
+pub const PROMOTE_MAX_LAG: u64 = 100;
+
+/// A replica's view of the cluster, served as JSON by the admin API.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    /// The node that answered.
+    pub node_id: u64,
+    /// Its Raft state (`Leader`, `Follower`, `Candidate`, `Learner`, ...).
+    pub state: String,
+    /// The leader it knows, if any.
+    pub leader: Option<u64>,
+    pub term: u64,
+    pub voters: Vec<u64>,
+    pub learners: Vec<u64>,
+    /// Member id → peer address.
+    pub members: BTreeMap<u64, String>,
+    pub last_log_index: Option<u64>,
+    pub committed_index: Option<u64>,
+    pub last_applied_index: Option<u64>,
+    /// Leader only: entries each member is behind the leader's log.
+    pub replication_lag: BTreeMap<u64, u64>,
+    pub pending_mailboxes: usize,
+    pub sessions: usize,
+}
+
+impl ClusterStatus {
+    /// `id` is a voter or a learner.
+    pub fn is_member(&self, id: u64) -> bool {
+        self.voters.contains(&id) || self.learners.contains(&id)
+    }
+
+    /// `id` leads, or is known (from the leader's lag) to be at most [`PROMOTE_MAX_LAG`] behind.
+    pub fn caught_up(&self, id: u64) -> bool {
+        self.leader == Some(id) || self.replication_lag.get(&id).is_some_and(|lag| *lag <= PROMOTE_MAX_LAG)
+    }
+}
+
+/// Body of [`LEARNERS`], [`PROMOTE`], [`REMOVE`] and [`JOIN`]: the member, and for the calls that
+/// add one, its peer address (`host:port`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberRequest {
+    pub id: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr: Option<String>,
+}
+
+impl MemberRequest {
+    /// A call about an existing member (promote, remove).
+    pub fn member(id: u64) -> Self {
+        Self { id, addr: None }
+    }
+
+    /// A call that adds a member reachable at `addr` (learners, join).
+    pub fn new_member(id: u64, addr: impl Into<String>) -> Self {
+        Self { id, addr: Some(addr.into()) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// What a node's `GET /admin/status` answers (a three-node cluster, asked of the leader).
+    fn served() -> serde_json::Value {
+        json!({
+            "node_id": 0, "state": "Leader", "leader": 0, "term": 3,
+            "voters": [0, 1, 2], "learners": [3],
+            "members": {"0": "a:7070", "1": "b:7070", "2": "c:7070", "3": "d:7070"},
+            "last_log_index": 42, "committed_index": 42, "last_applied_index": 41,
+            "replication_lag": {"0": 0, "1": 0, "2": 7, "3": 500},
+            "pending_mailboxes": 2, "sessions": 5
+        })
+    }
+
+    #[test]
+    fn the_status_a_node_serves_round_trips() {
+        let status: ClusterStatus = serde_json::from_value(served()).unwrap();
+        assert_eq!(status.leader, Some(0));
+        assert_eq!(status.members[&3], "d:7070");
+        assert_eq!(status.replication_lag[&3], 500);
+        assert_eq!(serde_json::to_value(&status).unwrap(), served());
+    }
+
+    #[test]
+    fn a_follower_knows_no_lag_and_maybe_no_leader() {
+        let mut follower = served();
+        follower["node_id"] = json!(1);
+        follower["leader"] = json!(null);
+        follower["replication_lag"] = json!({});
+        follower["last_log_index"] = json!(null);
+        let status: ClusterStatus = serde_json::from_value(follower).unwrap();
+        assert_eq!((status.leader, status.last_log_index), (None, None));
+        assert!(!status.caught_up(0) && !status.caught_up(1));
+    }
+
+    #[test]
+    fn members_and_caught_up() {
+        let status: ClusterStatus = serde_json::from_value(served()).unwrap();
+        assert!(status.is_member(2) && status.is_member(3) && !status.is_member(4));
+        assert!(status.caught_up(0), "the leader");
+        assert!(status.caught_up(2), "7 behind");
+        assert!(!status.caught_up(3), "500 behind");
+        assert!(!status.caught_up(4), "unknown");
+        let mut at_limit = status.clone();
+        at_limit.replication_lag.insert(3, PROMOTE_MAX_LAG);
+        assert!(at_limit.caught_up(3));
+        at_limit.replication_lag.insert(3, PROMOTE_MAX_LAG + 1);
+        assert!(!at_limit.caught_up(3));
+    }
+
+    #[test]
+    fn member_requests_carry_an_address_only_when_adding() {
+        assert_eq!(serde_json::to_value(MemberRequest::member(3)).unwrap(), json!({"id": 3}));
+        assert_eq!(serde_json::to_value(MemberRequest::new_member(3, "d:7070")).unwrap(), json!({"id": 3, "addr": "d:7070"}));
+        assert_eq!(serde_json::from_value::<MemberRequest>(json!({"id": 4})).unwrap(), MemberRequest::member(4));
+        assert_eq!(serde_json::from_value::<MemberRequest>(json!({"id": 4, "addr": "e:1"})).unwrap(), MemberRequest::new_member(4, "e:1"));
+    }
+
+    #[test]
+    fn paths() {
+        for path in [STATUS, LEARNERS, PROMOTE, REMOVE, JOIN] {
+            assert!(path.starts_with("/admin/"), "{path}");
+        }
+    }
+}
