@@ -17,6 +17,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
+use switchboard_contract::duration::parse_duration;
+use switchboard_contract::env;
 
 #[derive(Parser, Debug)]
 #[command(name = "switchboard", version, about = "Clustered MCP server runtime")]
@@ -42,13 +44,13 @@ pub struct DevArgs {
     #[command(flatten)]
     pub common: CommonArgs,
     /// Address of the front door.
-    #[arg(long, env = "SWITCHBOARD_LISTEN", default_value = "127.0.0.1:8080")]
+    #[arg(long, env = env::LISTEN, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
     /// Number of replicas.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=9))]
+    #[arg(long, env = "SWITCHBOARD_DEV_NODES", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=9))]
     pub nodes: u64,
     /// Keep the nodes' Raft data here instead of in a temporary directory.
-    #[arg(long, env = "SWITCHBOARD_DATA_DIR")]
+    #[arg(long, env = env::DATA_DIR)]
     pub data_dir: Option<PathBuf>,
 }
 
@@ -58,7 +60,7 @@ pub struct ClusterArgs {
     #[arg(long, env = "SWITCHBOARD_PEER", global = true, default_value = "127.0.0.1:7070")]
     pub peer: String,
     /// File holding the cluster secret the peer port requires.
-    #[arg(long, env = "SWITCHBOARD_CLUSTER_SECRET_FILE", global = true)]
+    #[arg(long, env = env::CLUSTER_SECRET_FILE, global = true)]
     pub cluster_secret_file: Option<PathBuf>,
     #[command(subcommand)]
     pub action: ClusterAction,
@@ -70,20 +72,20 @@ pub enum ClusterAction {
     Status,
     /// Add a node as a learner (it replicates but does not vote).
     AddLearner {
-        #[arg(long)]
+        #[arg(long, env = "SWITCHBOARD_MEMBER_ID")]
         id: u64,
         /// The new node's peer address.
-        #[arg(long)]
+        #[arg(long, env = "SWITCHBOARD_MEMBER_ADDR")]
         addr: String,
     },
     /// Make a caught-up learner a voter.
     Promote {
-        #[arg(long)]
+        #[arg(long, env = "SWITCHBOARD_MEMBER_ID")]
         id: u64,
     },
     /// Remove a member from the Raft group.
     Remove {
-        #[arg(long)]
+        #[arg(long, env = "SWITCHBOARD_MEMBER_ID")]
         id: u64,
     },
 }
@@ -101,22 +103,22 @@ pub enum StoreKind {
 #[derive(Args, Debug, Clone)]
 pub struct CommonArgs {
     /// Built-in tool set to register.
-    #[arg(long, env = "SWITCHBOARD_TOOLS", value_enum, default_value = "default")]
+    #[arg(long, env = env::TOOLS, value_enum, default_value = "default")]
     pub tools: ToolSet,
     /// How long a tool waits for the user to answer an elicitation.
-    #[arg(long, env = "SWITCHBOARD_ELICITATION_TIMEOUT", value_parser = parse_duration, default_value = "5m")]
+    #[arg(long, env = env::ELICITATION_TIMEOUT, value_parser = parse_duration, default_value = "5m")]
     pub elicitation_timeout: Duration,
     /// How long a tool waits for the client's LLM to answer a sampling request.
-    #[arg(long, env = "SWITCHBOARD_SAMPLING_TIMEOUT", value_parser = parse_duration, default_value = "10m")]
+    #[arg(long, env = env::SAMPLING_TIMEOUT, value_parser = parse_duration, default_value = "10m")]
     pub sampling_timeout: Duration,
     /// How long an idle session stays valid.
-    #[arg(long, env = "SWITCHBOARD_SESSION_TTL", value_parser = parse_duration, default_value = "1h")]
+    #[arg(long, env = env::SESSION_TTL, value_parser = parse_duration, default_value = "1h")]
     pub session_ttl: Duration,
     /// Items per page in list results.
-    #[arg(long, env = "SWITCHBOARD_PAGE_SIZE", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(long, env = env::PAGE_SIZE, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub page_size: u32,
     /// Log format on stderr.
-    #[arg(long, env = "SWITCHBOARD_LOG_FORMAT", value_enum, default_value = "text")]
+    #[arg(long, env = env::LOG_FORMAT, value_enum, default_value = "text")]
     pub log_format: LogFormat,
 }
 
@@ -131,53 +133,53 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub common: CommonArgs,
     /// This node's id; defaults to the ordinal at the end of the hostname (`name-2` is 2).
-    #[arg(long, env = "SWITCHBOARD_NODE_ID")]
+    #[arg(long, env = env::NODE_ID)]
     pub node_id: Option<u64>,
     /// Address of the MCP endpoint.
-    #[arg(long, env = "SWITCHBOARD_LISTEN", default_value = "0.0.0.0:8080")]
+    #[arg(long, env = env::LISTEN, default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
     /// Address of `/metrics`, `/healthz` and `/readyz`.
-    #[arg(long, env = "SWITCHBOARD_METRICS_LISTEN", default_value = "0.0.0.0:9090")]
+    #[arg(long, env = env::METRICS_LISTEN, default_value = "0.0.0.0:9090")]
     pub metrics_listen: SocketAddr,
     /// Host names accepted in Host/Origin (DNS-rebinding protection); `*` accepts any.
-    #[arg(long, env = "SWITCHBOARD_ALLOWED_HOSTS", value_delimiter = ',', default_value = "localhost,127.0.0.1,[::1]")]
+    #[arg(long, env = env::ALLOWED_HOSTS, value_delimiter = ',', default_value = "localhost,127.0.0.1,[::1]")]
     pub allowed_hosts: Vec<String>,
     /// Largest accepted request body, in bytes.
-    #[arg(long, env = "SWITCHBOARD_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
+    #[arg(long, env = env::MAX_BODY_BYTES, default_value_t = 4 * 1024 * 1024)]
     pub max_body_bytes: usize,
     /// Refuse GET (405) instead of opening a standalone server-to-client stream.
-    #[arg(long, env = "SWITCHBOARD_NO_STANDALONE_STREAM")]
+    #[arg(long, env = env::NO_STANDALONE_STREAM)]
     pub no_standalone_stream: bool,
     /// Where mailboxes and sessions live.
-    #[arg(long, env = "SWITCHBOARD_STORE", value_enum, default_value = "raft")]
+    #[arg(long, env = env::STORE, value_enum, default_value = "raft")]
     pub store: StoreKind,
-    /// Address of the peer port (Raft RPCs and the admin API).
-    #[arg(long, env = "SWITCHBOARD_PEER_LISTEN", default_value = "0.0.0.0:7070")]
+    /// Address of the peer port (Raft RPCs, the admin API and the MCP relay).
+    #[arg(long, env = env::PEER_LISTEN, default_value = "0.0.0.0:7070")]
     pub peer_listen: SocketAddr,
     /// The peer address other members reach this node at (default: hostname and peer port).
-    #[arg(long, env = "SWITCHBOARD_ADVERTISE_PEER")]
+    #[arg(long, env = env::ADVERTISE_PEER)]
     pub advertise_peer: Option<String>,
     /// Directory of the Raft log, vote and snapshots.
-    #[arg(long, env = "SWITCHBOARD_DATA_DIR", default_value = "switchboard-data")]
+    #[arg(long, env = env::DATA_DIR, default_value = "switchboard-data")]
     pub data_dir: PathBuf,
-    /// Initial members of a new cluster: `0=host:7070,1=host:7070,...` (node 0 bootstraps it).
-    #[arg(long, env = "SWITCHBOARD_PEERS", value_parser = parse_peers, conflicts_with = "join")]
+    /// Initial members of a new cluster: `0=host:7070,1=host:7070,...` (the lowest id bootstraps it).
+    #[arg(long, env = env::PEERS, value_parser = parse_peers, conflicts_with = "join")]
     pub peers: Option<BTreeMap<u64, String>>,
     /// Join an existing cluster through any member's peer address.
-    #[arg(long, env = "SWITCHBOARD_JOIN")]
+    #[arg(long, env = env::JOIN)]
     pub join: Option<String>,
     /// File holding the shared secret every peer request must carry (required with --peers/--join).
-    #[arg(long, env = "SWITCHBOARD_CLUSTER_SECRET_FILE")]
+    #[arg(long, env = env::CLUSTER_SECRET_FILE)]
     pub cluster_secret_file: Option<PathBuf>,
     /// File holding the 256-bit key (64 hex digits) request and event ids are sealed with; every
     /// replica must share it (required with --peers/--join).
-    #[arg(long, env = "SWITCHBOARD_ENCRYPTION_KEY_FILE")]
+    #[arg(long, env = env::ENCRYPTION_KEY_FILE)]
     pub encryption_key_file: Option<PathBuf>,
     /// Raft heartbeat interval.
-    #[arg(long, env = "SWITCHBOARD_HEARTBEAT_INTERVAL", value_parser = parse_duration, default_value = "100ms")]
+    #[arg(long, env = env::HEARTBEAT_INTERVAL, value_parser = parse_duration, default_value = "100ms")]
     pub heartbeat_interval: Duration,
     /// Minimum Raft election timeout (the maximum is twice this); must exceed the heartbeat.
-    #[arg(long, env = "SWITCHBOARD_ELECTION_TIMEOUT", value_parser = parse_duration, default_value = "1s")]
+    #[arg(long, env = env::ELECTION_TIMEOUT, value_parser = parse_duration, default_value = "1s")]
     pub election_timeout: Duration,
 }
 
@@ -218,32 +220,13 @@ pub enum CliError {
     Io(#[from] std::io::Error),
 }
 
-/// Parse `250ms`, `30s`, `5m`, `1h` (or a bare number of seconds).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let n: u64 = digits.parse().map_err(|_| format!("invalid duration {text:?}: expected a number and a unit such as 30s or 5m"))?;
-    let millis = match unit {
-        "ms" => n,
-        "" | "s" => n.saturating_mul(1000),
-        "m" => n.saturating_mul(60_000),
-        "h" => n.saturating_mul(3_600_000),
-        _ => return Err(format!("invalid duration {text:?}: unit must be ms, s, m or h")),
-    };
-    if millis == 0 {
-        return Err(format!("invalid duration {text:?}: must be greater than zero"));
-    }
-    Ok(Duration::from_millis(millis))
-}
-
 /// The ordinal at the end of a StatefulSet pod's hostname.
 pub fn ordinal_from_hostname(hostname: &str) -> Option<u64> {
     hostname.rsplit_once('-').and_then(|(_, n)| n.parse().ok())
 }
 
 fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SWITCHBOARD_LOG").unwrap_or_else(|_| "info".into());
+    let filter = tracing_subscriber::EnvFilter::try_from_env(env::LOG).unwrap_or_else(|_| "info".into());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
@@ -450,18 +433,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations() {
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
-        for bad in ["", "m", "5x", "-1s", "0s", "1.5s"] {
-            assert!(parse_duration(bad).is_err(), "{bad} should be refused");
-        }
-    }
-
-    #[test]
     fn ordinals() {
         assert_eq!(ordinal_from_hostname("demo-2"), Some(2));
         assert_eq!(ordinal_from_hostname("my-server-10"), Some(10));
@@ -476,6 +447,44 @@ mod tests {
         for bad in ["", "0", "x=a:1", "0=a", "0=a:port", "0=:7070", "0=a:1,0=b:1"] {
             assert!(parse_peers(bad).is_err(), "{bad:?} should be refused");
         }
+    }
+
+    /// The operator configures pods through `switchboard_contract::env`: every name there is a
+    /// `switchboard serve` flag's twin, and every flag has its twin there.
+    #[test]
+    fn serve_env_twins_are_exactly_the_contract_names() {
+        use clap::CommandFactory;
+        let command = Cli::command();
+        let serve = command.find_subcommand("serve").expect("serve exists");
+        let mut ours: Vec<String> = serve
+            .get_arguments()
+            .filter(|a| !a.is_positional() && a.get_id() != "help")
+            .map(|a| a.get_env().map(|e| e.to_string_lossy().into_owned()).unwrap_or_else(|| format!("--{} has no env twin", a.get_id())))
+            .collect();
+        let mut contract: Vec<String> = env::SERVE.iter().map(|s| s.to_string()).collect();
+        ours.sort();
+        contract.sort();
+        assert_eq!(ours, contract);
+    }
+
+    /// DESIGN: every flag of every command has a `SWITCHBOARD_*` twin.
+    #[test]
+    fn every_flag_has_an_env_twin() {
+        use clap::CommandFactory;
+        fn walk(command: &clap::Command, path: String, missing: &mut Vec<String>) {
+            for arg in command.get_arguments().filter(|a| !a.is_positional() && !["help", "version"].contains(&a.get_id().as_str())) {
+                match arg.get_env() {
+                    Some(env) if env.to_string_lossy().starts_with("SWITCHBOARD_") => {}
+                    _ => missing.push(format!("{path} --{}", arg.get_id())),
+                }
+            }
+            for sub in command.get_subcommands() {
+                walk(sub, format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "switchboard".into(), &mut missing);
+        assert!(missing.is_empty(), "flags without an env twin: {missing:?}");
     }
 
     #[test]

@@ -11,13 +11,12 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use serde::Deserialize;
 use serde_json::json;
 use std::future::Future;
 use std::sync::Arc;
 
-/// A learner is promoted only once it is at most this many entries behind.
-pub const PROMOTE_MAX_LAG: u64 = 100;
+use switchboard_contract::admin::MemberRequest;
+pub use switchboard_contract::admin::PROMOTE_MAX_LAG;
 
 /// The admin routes of `node`.
 pub fn router(node: Arc<RaftNode>) -> Router {
@@ -34,13 +33,6 @@ async fn status(State(node): State<Arc<RaftNode>>) -> Response {
     axum::Json(node.status()).into_response()
 }
 
-#[derive(Deserialize)]
-struct Member {
-    id: u64,
-    #[serde(default)]
-    addr: Option<String>,
-}
-
 fn admin_error(e: RaftStoreError) -> Response {
     let status = match e {
         RaftStoreError::Membership(_) => StatusCode::CONFLICT,
@@ -49,8 +41,8 @@ fn admin_error(e: RaftStoreError) -> Response {
     (status, axum::Json(json!({"error": e.to_string()}))).into_response()
 }
 
-fn parse_member(bytes: &[u8], needs_addr: bool) -> Result<Member, Response> {
-    let member: Member = serde_json::from_slice(bytes)
+fn parse_member(bytes: &[u8], needs_addr: bool) -> Result<MemberRequest, Response> {
+    let member: MemberRequest = serde_json::from_slice(bytes)
         .map_err(|e| (StatusCode::BAD_REQUEST, axum::Json(json!({"error": format!("malformed request: {e}")}))).into_response())?;
     if needs_addr && member.addr.as_deref().is_none_or(str::is_empty) {
         return Err((StatusCode::BAD_REQUEST, axum::Json(json!({"error": "addr is required"}))).into_response());

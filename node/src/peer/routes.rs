@@ -10,11 +10,7 @@ pub const WRITE_STREAM: &str = "/raft/write-stream";
 pub const READ_INDEX: &str = "/raft/read-index";
 
 /// The admin API (JSON), shared with the operator.
-pub const STATUS: &str = "/admin/status";
-pub const LEARNERS: &str = "/admin/learners";
-pub const PROMOTE: &str = "/admin/promote";
-pub const REMOVE: &str = "/admin/remove";
-pub const JOIN: &str = "/admin/join";
+pub use switchboard_contract::admin::{JOIN, LEARNERS, PROMOTE, REMOVE, STATUS};
 
 /// What the MCP layer asks of the replica that owns a stream or a request.
 pub const RESUME: &str = "/mcp/resume";

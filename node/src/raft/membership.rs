@@ -9,30 +9,12 @@ use crate::peer::routes::{JOIN, STATUS};
 use openraft::async_runtime::WatchReceiver;
 use openraft::errors::RaftError;
 use openraft::{BasicNode, ChangeMembers, ServerState};
-use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A replica's view of the cluster, served as JSON by the admin API.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
-pub struct ClusterStatus {
-    pub node_id: NodeId,
-    pub state: String,
-    pub leader: Option<NodeId>,
-    pub term: u64,
-    pub voters: Vec<NodeId>,
-    pub learners: Vec<NodeId>,
-    pub members: BTreeMap<NodeId, String>,
-    pub last_log_index: Option<u64>,
-    pub committed_index: Option<u64>,
-    pub last_applied_index: Option<u64>,
-    /// Leader only: entries each member is behind the leader's log.
-    pub replication_lag: BTreeMap<NodeId, u64>,
-    pub pending_mailboxes: usize,
-    pub sessions: usize,
-}
+pub use switchboard_contract::admin::ClusterStatus;
+use switchboard_contract::admin::MemberRequest;
 
 impl RaftNode {
     /// Bootstrap or join, according to the configured membership. Idempotent across restarts.
@@ -80,7 +62,7 @@ impl RaftNode {
     /// Ask a member to add this node (as a learner, then a voter once caught up). Retries until
     /// the cluster answers.
     async fn join_via(&self, addr: &str) -> Result<(), RaftStoreError> {
-        let body = json!({"id": self.id, "addr": self.config.advertise});
+        let body = serde_json::to_value(MemberRequest::new_member(self.id, self.config.advertise.clone())).expect("serializes");
         let mut backoff = Duration::from_millis(100);
         loop {
             match self.client.admin::<Value>(addr, JOIN, Some(&body)).await {

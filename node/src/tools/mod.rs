@@ -8,7 +8,8 @@ use crate::server::ServerBuilder;
 /// Which built-in set a node registers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ToolSet {
-    /// echo, confirm (elicitation), ask_llm (sampling), countdown (progress).
+    /// echo, confirm (form elicitation), visit (URL-mode elicitation), ask_llm (sampling),
+    /// countdown (progress).
     Default,
     /// Exactly what `@modelcontextprotocol/conformance` expects.
     Conformance,
