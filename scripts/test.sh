@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # THE project test command: runs every test.
 #
+#   0. the gate: cargo fmt --check, clippy -D warnings on every target, rustdoc -D warnings,
+#      and the node's layer rules (scripts/check-layers.py: no file-level import cycles, no
+#      layer using a higher one)
 #   1. installs the test tools into .tools/ (Node 22, the MCP conformance suite) if missing
 #   2. cargo test --workspace (all Rust unit and integration tests)
 #   3. the Helm chart: helm lint, helm template, kubernetes-validate --strict, CRD drift
@@ -19,6 +22,12 @@ cd "$REPO"
 source "$REPO/scripts/lib/tools.sh"
 
 step() { echo; echo "==> $*"; }
+
+step "gate: format, lints, docs, layers"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+python3 "$REPO/scripts/check-layers.py" node/src
 
 step "test tools"
 node22="$(ensure_node22)"

@@ -680,10 +680,10 @@ async fn park(http: &reqwest::Client, url: &str, metrics_url: &str, watch: &[(St
     tokio::time::sleep(Duration::from_millis(500)).await;
     let mut rss: Vec<Vec<u64>> = vec![watch.iter().map(|(_, pid)| rss_kb(*pid)).collect()];
     let (mut parked, mut took, mut pending) = ([0; 2], Duration::ZERO, None);
-    for round in 0..2 {
+    for (round, parked_in_round) in parked.iter_mut().enumerate() {
         let start = Instant::now();
         let sessions = &sessions;
-        parked[round] = futures::stream::iter(0..PARKED)
+        *parked_in_round = futures::stream::iter(0..PARKED)
             .map(|i| async move {
                 let call_id = (round * PARKED + i) as u64 / PARK_SESSIONS as u64 + 1;
                 // Dropping the stream closes the connection; the handler stays parked.

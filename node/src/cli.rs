@@ -28,6 +28,7 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
+#[allow(clippy::large_enum_variant, reason = "parsed once per process")]
 pub enum Command {
     /// Run one node over Streamable HTTP.
     Serve(ServeArgs),
@@ -62,8 +63,17 @@ pub struct ClusterArgs {
     /// File holding the cluster secret the peer port requires.
     #[arg(long, env = env::CLUSTER_SECRET_FILE, global = true)]
     pub cluster_secret_file: Option<PathBuf>,
+    /// How to print the answer: a table for people, or JSON for programs.
+    #[arg(short, long, env = "SWITCHBOARD_OUTPUT", global = true, value_enum, default_value = "table")]
+    pub output: Output,
     #[command(subcommand)]
     pub action: ClusterAction,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Table,
+    Json,
 }
 
 #[derive(Subcommand, Debug, Clone)]
@@ -120,6 +130,10 @@ pub struct CommonArgs {
     /// Log format on stderr.
     #[arg(long, env = env::LOG_FORMAT, value_enum, default_value = "text")]
     pub log_format: LogFormat,
+    /// Log filter (`info`, `switchboard_node=debug,openraft=info`, ...). Without it, `RUST_LOG`;
+    /// without that, this project's events at info and its dependencies' at warn.
+    #[arg(long, env = env::LOG)]
+    pub log: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -225,8 +239,20 @@ pub fn ordinal_from_hostname(hostname: &str) -> Option<u64> {
     hostname.rsplit_once('-').and_then(|(_, n)| n.parse().ok())
 }
 
-fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env(env::LOG).unwrap_or_else(|_| "info".into());
+/// This project's events at info, dependencies' (openraft dumps whole Raft states at info) at warn.
+const DEFAULT_LOG_FILTER: &str = "warn,switchboard_node=info,switchboard=info";
+
+/// The log filter: `--log` (or its env twin), else `RUST_LOG`, else [`DEFAULT_LOG_FILTER`].
+fn log_filter(flag: Option<&str>, rust_log: Option<&str>) -> String {
+    flag.or(rust_log).filter(|f| !f.trim().is_empty()).unwrap_or(DEFAULT_LOG_FILTER).to_string()
+}
+
+fn init_tracing(format: LogFormat, log: Option<&str>) {
+    let rust_log = std::env::var("RUST_LOG").ok();
+    let filter = tracing_subscriber::EnvFilter::try_new(log_filter(log, rust_log.as_deref())).unwrap_or_else(|e| {
+        eprintln!("switchboard: invalid log filter ({e}); using {DEFAULT_LOG_FILTER}");
+        DEFAULT_LOG_FILTER.into()
+    });
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
@@ -372,6 +398,28 @@ async fn serve(args: ServeArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// The cluster as one member sees it, for people: one line per member.
+fn status_table(status: &ClusterStatus) -> String {
+    let leader = status.leader.map_or("none".to_string(), |l| l.to_string());
+    let mut out = format!(
+        "node {} sees: leader {leader}, term {}, committed {}, applied {}\n",
+        status.node_id,
+        status.term,
+        status.committed_index.map_or("-".into(), |i| i.to_string()),
+        status.last_applied_index.map_or("-".into(), |i| i.to_string()),
+    );
+    let width = status.members.values().map(String::len).max().unwrap_or(7).max(7);
+    out.push_str(&format!("{:<4} {:<8} {:<width$} {:<6} {}\n", "ID", "ROLE", "ADDRESS", "LEADER", "LAG"));
+    for (id, addr) in &status.members {
+        let role = if status.voters.contains(id) { "voter" } else { "learner" };
+        let is_leader = if status.leader == Some(*id) { "*" } else { "" };
+        // Only the leader tracks replication; another member's view has no lag figures.
+        let lag = status.replication_lag.get(id).map_or("-".to_string(), |l| l.to_string());
+        out.push_str(&format!("{id:<4} {role:<8} {addr:<width$} {is_leader:<6} {lag}\n"));
+    }
+    out
+}
+
 async fn cluster(args: ClusterArgs) -> Result<(), CliError> {
     let secret = match &args.cluster_secret_file {
         Some(path) => read_secret(path)?,
@@ -380,7 +428,12 @@ async fn cluster(args: ClusterArgs) -> Result<(), CliError> {
     let client = PeerClient::new(secret, None, None);
     let reply: serde_json::Value = match args.action {
         ClusterAction::Status => {
-            serde_json::to_value(client.admin::<ClusterStatus>(&args.peer, routes::STATUS, None).await?).expect("status serializes")
+            let status = client.admin::<ClusterStatus>(&args.peer, routes::STATUS, None).await?;
+            if args.output == Output::Table {
+                print!("{}", status_table(&status));
+                return Ok(());
+            }
+            serde_json::to_value(status).expect("status serializes")
         }
         ClusterAction::AddLearner { id, addr } => {
             client.admin(&args.peer, routes::LEARNERS, Some(&serde_json::json!({"id": id, "addr": addr}))).await?
@@ -395,19 +448,19 @@ async fn cluster(args: ClusterArgs) -> Result<(), CliError> {
 async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Serve(args) => {
-            init_tracing(args.common.log_format);
+            init_tracing(args.common.log_format, args.common.log.as_deref());
             serve(args).await
         }
         Command::Cluster(args) => cluster(args).await,
         Command::Dev(args) => {
-            init_tracing(args.common.log_format);
+            init_tracing(args.common.log_format, args.common.log.as_deref());
             let common = args.common.clone();
             let server = Arc::new(move |id, sealer| server_builder(&common, id, sealer));
             let options = crate::dev::DevOptions { listen: args.listen, nodes: args.nodes as usize, data_dir: args.data_dir, server };
             Ok(crate::dev::run(options, shutdown_signal()).await?)
         }
         Command::Stdio(common) => {
-            init_tracing(common.log_format);
+            init_tracing(common.log_format, common.log.as_deref());
             let builder = server_builder(&common, 0, Arc::new(IdSealer::random())).metrics(Arc::new(Metrics::new()));
             let server = builder.build(Arc::new(InMemoryMailbox::new()), Arc::new(InMemorySessionStore::new(common.session_ttl)));
             let stdin = tokio::io::BufReader::new(tokio::io::stdin());
@@ -461,7 +514,8 @@ mod tests {
             .filter(|a| !a.is_positional() && a.get_id() != "help")
             .map(|a| a.get_env().map(|e| e.to_string_lossy().into_owned()).unwrap_or_else(|| format!("--{} has no env twin", a.get_id())))
             .collect();
-        let mut contract: Vec<String> = env::SERVE.iter().map(|s| s.to_string()).collect();
+        // `--log` (SWITCHBOARD_LOG) is on every command, not only `serve`.
+        let mut contract: Vec<String> = env::SERVE.iter().chain([&env::LOG]).map(|s| s.to_string()).collect();
         ours.sort();
         contract.sort();
         assert_eq!(ours, contract);
@@ -485,6 +539,41 @@ mod tests {
         let mut missing = Vec::new();
         walk(&Cli::command(), "switchboard".into(), &mut missing);
         assert!(missing.is_empty(), "flags without an env twin: {missing:?}");
+    }
+
+    #[test]
+    fn log_filter_prefers_the_flag_then_rust_log_then_quiet_dependencies() {
+        assert_eq!(log_filter(Some("debug"), Some("trace")), "debug");
+        assert_eq!(log_filter(None, Some("openraft=info")), "openraft=info");
+        assert_eq!(log_filter(None, None), DEFAULT_LOG_FILTER);
+        assert_eq!(log_filter(Some(" "), None), DEFAULT_LOG_FILTER);
+        let filter = tracing_subscriber::EnvFilter::try_new(DEFAULT_LOG_FILTER).unwrap().to_string();
+        assert!(filter.contains("switchboard_node=info") && filter.ends_with(",warn"), "{filter}");
+    }
+
+    #[test]
+    fn status_table_lists_members_roles_leader_and_lag() {
+        let status = ClusterStatus {
+            node_id: 0,
+            state: "Leader".into(),
+            leader: Some(0),
+            term: 3,
+            voters: vec![0, 1],
+            learners: vec![2],
+            members: [(0, "a:7070".to_string()), (1, "b:7070".to_string()), (2, "c:7070".to_string())].into(),
+            committed_index: Some(42),
+            last_applied_index: Some(41),
+            replication_lag: [(1, 0), (2, 17)].into(),
+            ..Default::default()
+        };
+        let table = status_table(&status);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines[0], "node 0 sees: leader 0, term 3, committed 42, applied 41");
+        assert_eq!(lines.len(), 5, "{table}");
+        let row = |i: usize| lines[i].split_whitespace().collect::<Vec<_>>();
+        assert_eq!(row(2), ["0", "voter", "a:7070", "*", "-"]);
+        assert_eq!(row(3), ["1", "voter", "b:7070", "0"]);
+        assert_eq!(row(4), ["2", "learner", "c:7070", "17"]);
     }
 
     #[test]

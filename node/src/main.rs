@@ -1,3 +1,3 @@
 fn main() -> std::process::ExitCode {
-    switchboard_node::cli::main()
+    switchboard_node::run_cli()
 }

@@ -91,7 +91,7 @@ async fn an_answer_to_another_node_wakes_the_tool_on_its_owner() {
     assert_eq!(res2.headers()["x-switchboard-node"], "2");
     let rest = data(&read_events(&mut res, usize::MAX, &mut buffer).await);
     assert_eq!(rest.last().unwrap()["result"]["structuredContent"]["answer"], "confirmed");
-    assert_eq!(cluster.servers[2].metrics().encode().contains("switchboard_answers_delivered_total 1"), true);
+    assert!(cluster.servers[2].metrics().encode().contains("switchboard_answers_delivered_total 1"));
     cluster.raft.stop_all().await;
 }
 

@@ -8,5 +8,7 @@ mod member;
 mod node;
 pub mod relay;
 
+/// A member's configuration and failures (defined by the Raft layer, which stays internal).
+pub use crate::raft::{ClusterStatus, Membership, RaftNodeConfig, RaftStoreError};
 pub use member::{ClusterStores, Member};
 pub use node::{Node, NodeError, Store};

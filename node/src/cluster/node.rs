@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 /// Where a node keeps its mailboxes and sessions.
+#[allow(clippy::large_enum_variant, reason = "built once per process")]
 pub enum Store {
     /// This process's memory: no clustering, nothing survives a restart.
     Memory { session_ttl: Duration },

@@ -10,4 +10,4 @@ pub mod routes;
 pub mod stream;
 
 pub use auth::authenticated;
-pub use client::{KEY_HEADER, MIN_RPC_TIMEOUT, PeerClient, PeerError};
+pub use client::{MIN_RPC_TIMEOUT, PeerClient, PeerError};
