@@ -1,4 +1,4 @@
-//! Elicitation benchmark (issue 4): the whole MCP round trip of a tool call that asks the user,
+//! Elicitation benchmark: the whole MCP round trip of a tool call that asks the user,
 //! against real `switchboard serve` processes, with a raw HTTP client (no SDK):
 //!
 //!   POST `tools/call confirm` → read the SSE stream until `elicitation/create` → POST the answer

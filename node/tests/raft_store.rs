@@ -59,7 +59,12 @@ async fn a_delivery_on_one_node_wakes_the_waiter_on_another() {
         let key = key.clone();
         tokio::spawn(async move { store.wait(&key, Duration::from_secs(10)).await.unwrap() })
     };
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Deliver only once the owner's handler is parked, so the wake-up path is what is tested.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while cluster.node(1).sm.parked() == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the waiter never parked");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     assert_eq!(cluster.mailbox(2).deliver(&key, json!({"answer": 42})).await.unwrap(), DeliverOutcome::Delivered);
     assert_eq!(waiter.await.unwrap(), WaitOutcome::Delivered(json!({"answer": 42})));
     // Every replica agrees on the outcome.
@@ -72,7 +77,7 @@ async fn a_delivery_on_one_node_wakes_the_waiter_on_another() {
 fn record(id: &str) -> SessionRecord {
     SessionRecord {
         id: SessionId(id.into()),
-        protocol_version: "2025-11-25".into(),
+        protocol_version: switchboard_node::protocol::types::ProtocolVersion::V2025_11_25,
         client_info: Implementation { name: "t".into(), version: "1".into(), title: None },
         capabilities: ClientCapabilities(json!({"elicitation": {}})),
         log_level: LogLevel::Info,
@@ -107,12 +112,13 @@ async fn sessions_created_anywhere_are_readable_everywhere_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_expire_by_ttl_unless_used() {
-    let mut cluster = TestCluster::start_with(1, |c| c.session_ttl = Duration::from_millis(400)).await;
+    // A TTL several times the gap between uses, so a stalled runner does not expire `busy`.
+    let mut cluster = TestCluster::start_with(1, |c| c.session_ttl = Duration::from_millis(1000)).await;
     let store = cluster.sessions(0);
     store.create(record("idle")).await.unwrap();
     store.create(record("busy")).await.unwrap();
     for _ in 0..8 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
         assert!(store.get(&SessionId("busy".into())).await.unwrap().is_some(), "use keeps it alive");
     }
     assert!(store.get(&SessionId("idle".into())).await.unwrap().is_none(), "idle session expired");

@@ -72,7 +72,7 @@ class Box:
     ],
     ids=["accept", "accept-false", "decline", "cancel"],
 )
-async def test_a_elicitation_answer_reaches_the_tool(cluster: Cluster, reply: types.ElicitResult, answer: str):
+async def test_elicitation_answer_reaches_the_tool(cluster: Cluster, reply: types.ElicitResult, answer: str):
     seen: list[tuple[Any, Any]] = []
 
     async def on_elicit(ctx, params):
@@ -97,7 +97,7 @@ async def test_a_elicitation_answer_reaches_the_tool(cluster: Cluster, reply: ty
 # ---- b. sampling ---------------------------------------------------------------------------------
 
 
-async def test_b_sampling_reply_reaches_the_tool(cluster: Cluster):
+async def test_sampling_reply_reaches_the_tool(cluster: Cluster):
     seen: list[Any] = []
 
     async def on_sample(ctx, params: types.CreateMessageRequestParams):
@@ -123,7 +123,7 @@ async def test_b_sampling_reply_reaches_the_tool(cluster: Cluster):
 # ---- c. the answer lands on another node than the one running the tool ---------------------------
 
 
-async def test_c_answer_on_another_node_wakes_the_owner(cluster: Cluster):
+async def test_answer_on_another_node_wakes_the_owner(cluster: Cluster):
     history: list[tuple[int | None, int | None]] = []
     request_ids: list[Any] = []
 
@@ -167,7 +167,7 @@ async def test_c_answer_on_another_node_wakes_the_owner(cluster: Cluster):
     ("confirm", {"action": "wait forever"}, "elicitation"),
     ("ask_llm", {"prompt": "think forever"}, "sampling"),
 ])  # fmt: skip
-async def test_d_unanswered_request_times_out(cluster: Cluster, tool: str, arguments: dict, kind: str):
+async def test_unanswered_request_times_out(cluster: Cluster, tool: str, arguments: dict, kind: str):
     started: list[Any] = []
     cancelled: list[Any] = []
     never = anyio.Event()
@@ -208,7 +208,7 @@ async def test_d_unanswered_request_times_out(cluster: Cluster, tool: str, argum
 
 
 @pytest.mark.parametrize("kind", ["elicitation", "sampling"])
-async def test_e_client_error_reaches_the_tool(cluster: Cluster, kind: str):
+async def test_client_error_reaches_the_tool(cluster: Cluster, kind: str):
     seen: list[Any] = []
 
     async def refuse(ctx, params):
@@ -238,7 +238,7 @@ async def test_e_client_error_reaches_the_tool(cluster: Cluster, kind: str):
 # ---- f. a client without the capabilities --------------------------------------------------------
 
 
-async def test_f_client_without_capabilities_gets_an_error_and_no_request(cluster: Cluster):
+async def test_client_without_capabilities_gets_an_error_and_no_request(cluster: Cluster):
     async with connect(cluster.url) as c:  # no callbacks: the SDK declares neither capability
         capabilities = c.http.calls("initialize")[0].body["params"]["capabilities"]
         assert "elicitation" not in capabilities and "sampling" not in capabilities, capabilities
@@ -259,7 +259,7 @@ async def test_f_client_without_capabilities_gets_an_error_and_no_request(cluste
 # ---- g. the Raft leader dies while a call is parked ----------------------------------------------
 
 
-async def test_g_leader_killed_while_parked(make_cluster):
+async def test_leader_killed_while_parked(make_cluster):
     cluster: Cluster = make_cluster(name="leader-kill", elicitation_timeout="15s", sampling_timeout="15s")
     attempts: list[str] = []
 
@@ -348,7 +348,7 @@ async def _wait_pending(cluster: Cluster, want: int, timeout: float) -> None:
         await anyio.sleep(0.2)
 
 
-async def test_h_owner_killed_then_answered(make_cluster):
+async def test_owner_killed_then_answered(make_cluster):
     # 2s elicitation timeout: the mailbox deadline is 2s + the server's 5s grace.
     cluster: Cluster = make_cluster(name="owner-kill", elicitation_timeout="2s", sampling_timeout="2s")
     box = Box()
@@ -375,7 +375,7 @@ async def test_h_owner_killed_then_answered(make_cluster):
         await _wait_pending(cluster, 0, timeout=2 + 5 + 10)
 
 
-async def test_h_owner_killed_unanswered_mailbox_expires(make_cluster):
+async def test_owner_killed_unanswered_mailbox_expires(make_cluster):
     cluster: Cluster = make_cluster(name="owner-kill-2", elicitation_timeout="2s", sampling_timeout="2s")
     box = Box()
     state: dict[str, Any] = {}
@@ -405,7 +405,7 @@ async def test_h_owner_killed_unanswered_mailbox_expires(make_cluster):
 # ---- i. forged and cross-session answers (raw HTTP) ----------------------------------------------
 
 
-async def test_i_forged_and_cross_session_answers_are_dropped(cluster: Cluster):
+async def test_forged_and_cross_session_answers_are_dropped(cluster: Cluster):
     timeout = httpx.Timeout(30.0, read=30.0)
     async with httpx.AsyncClient(timeout=timeout) as http:
         a = RawSession(http, cluster.url)

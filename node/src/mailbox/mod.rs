@@ -17,6 +17,9 @@ use serde_json::Value;
 use std::fmt;
 use std::time::Duration;
 
+/// The cause of a store failure, kept (not flattened to text) so its whole chain can be logged.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// A Raft node id, which is also the StatefulSet pod ordinal.
 pub type NodeId = u64;
 
@@ -24,20 +27,65 @@ pub type NodeId = u64;
 /// not pin memory for days).
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
-/// Identifies one server-to-client request. Random, so it can't be guessed from another session.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct MailboxKey(pub String);
+/// Identifies one server-to-client request: 128 random bits, so it can't be guessed from
+/// another session. Written as 32 hex digits (in logs, the Raft log and snapshots); text that
+/// is not exactly that is refused when parsed, so every key can be sealed.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MailboxKey(u128);
+
+/// Text that is not a mailbox key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid mailbox key {0:?}: expected 32 hex digits")]
+pub struct InvalidMailboxKey(pub String);
 
 impl MailboxKey {
-    /// A fresh 128-bit random key, hex encoded.
+    /// A fresh random key.
     pub fn random() -> Self {
-        MailboxKey(format!("{:032x}", rand::random::<u128>()))
+        MailboxKey(rand::random::<u128>())
+    }
+
+    pub fn from_bits(bits: u128) -> Self {
+        MailboxKey(bits)
+    }
+
+    pub fn bits(&self) -> u128 {
+        self.0
+    }
+}
+
+impl std::str::FromStr for MailboxKey {
+    type Err = InvalidMailboxKey;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if text.len() != 32 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(InvalidMailboxKey(text.chars().take(64).collect()));
+        }
+        u128::from_str_radix(text, 16).map(MailboxKey).map_err(|_| InvalidMailboxKey(text.into()))
     }
 }
 
 impl fmt::Display for MailboxKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+impl fmt::Debug for MailboxKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "MailboxKey({self})")
+    }
+}
+
+impl Serialize for MailboxKey {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for MailboxKey {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = std::borrow::Cow::<str>::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -93,7 +141,7 @@ pub enum MailboxError {
     InvalidTtl { ttl: Duration, max: Duration },
     /// The replicated store could not commit the operation (no quorum, shutting down...).
     #[error("mailbox store unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(#[source] BoxError),
 }
 
 pub fn check_ttl(ttl: Duration) -> Result<(), MailboxError> {
@@ -116,4 +164,30 @@ pub trait Mailbox: Send + Sync + 'static {
     /// Remove the mailbox (idempotent); parked waiters wake with `Deleted`, later deliveries are
     /// refused with `Deleted`.
     async fn delete(&self, key: &MailboxKey) -> Result<(), MailboxError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_32_hex_digits_and_round_trip() {
+        let key = MailboxKey::random();
+        let text = key.to_string();
+        assert_eq!(text.len(), 32);
+        assert_eq!(text.parse::<MailboxKey>(), Ok(key.clone()));
+        assert_eq!(MailboxKey::from_bits(1).to_string(), "00000000000000000000000000000001");
+        let json = serde_json::to_string(&key).unwrap();
+        assert_eq!(json, format!("\"{text}\""));
+        assert_eq!(serde_json::from_str::<MailboxKey>(&json).unwrap(), key);
+    }
+
+    #[test]
+    fn text_that_is_not_a_key_is_refused() {
+        for bad in ["", "abc", "g0000000000000000000000000000000", "0000000000000000000000000000000000", "+0000000000000000000000000000000"]
+        {
+            assert!(bad.parse::<MailboxKey>().is_err(), "{bad:?} parsed");
+            assert!(serde_json::from_str::<MailboxKey>(&format!("\"{bad}\"")).is_err(), "{bad:?} deserialized");
+        }
+    }
 }

@@ -6,18 +6,48 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-/// Protocol versions this server speaks, newest first. The first is offered when the client asks
-/// for one we don't know.
-pub const SUPPORTED_PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
-pub const LATEST_PROTOCOL_VERSION: &str = SUPPORTED_PROTOCOL_VERSIONS[0];
-
-pub fn is_supported_version(v: &str) -> bool {
-    SUPPORTED_PROTOCOL_VERSIONS.contains(&v)
+/// The MCP revisions this server speaks. Ordered oldest first, so `version >= V2025_11_25`
+/// reads "at least 2025-11-25". Written as the revision's date everywhere (headers, session
+/// records).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ProtocolVersion {
+    #[serde(rename = "2025-03-26")]
+    V2025_03_26,
+    #[serde(rename = "2025-06-18")]
+    V2025_06_18,
+    #[serde(rename = "2025-11-25")]
+    V2025_11_25,
 }
 
-/// The version answered to an `initialize` that asked for `requested`.
-pub fn negotiate_version(requested: &str) -> &'static str {
-    SUPPORTED_PROTOCOL_VERSIONS.iter().find(|v| **v == requested).copied().unwrap_or(LATEST_PROTOCOL_VERSION)
+impl ProtocolVersion {
+    /// Offered when a client asks for a revision this server does not know.
+    pub const LATEST: ProtocolVersion = ProtocolVersion::V2025_11_25;
+    /// Every revision served, newest first.
+    pub const SUPPORTED: [ProtocolVersion; 3] = [ProtocolVersion::V2025_11_25, ProtocolVersion::V2025_06_18, ProtocolVersion::V2025_03_26];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProtocolVersion::V2025_03_26 => "2025-03-26",
+            ProtocolVersion::V2025_06_18 => "2025-06-18",
+            ProtocolVersion::V2025_11_25 => "2025-11-25",
+        }
+    }
+
+    /// The revision named `text`, if this server speaks it.
+    pub fn parse(text: &str) -> Option<ProtocolVersion> {
+        Self::SUPPORTED.into_iter().find(|v| v.as_str() == text)
+    }
+
+    /// The revision answered to an `initialize` that asked for `requested`.
+    pub fn negotiate(requested: &str) -> ProtocolVersion {
+        Self::parse(requested).unwrap_or(Self::LATEST)
+    }
+}
+
+impl std::fmt::Display for ProtocolVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -313,9 +343,22 @@ mod tests {
 
     #[test]
     fn version_negotiation_echoes_known_and_offers_latest_otherwise() {
-        assert_eq!(negotiate_version("2025-06-18"), "2025-06-18");
-        assert_eq!(negotiate_version("2025-03-26"), "2025-03-26");
-        assert_eq!(negotiate_version("1999-01-01"), LATEST_PROTOCOL_VERSION);
+        assert_eq!(ProtocolVersion::negotiate("2025-06-18"), ProtocolVersion::V2025_06_18);
+        assert_eq!(ProtocolVersion::negotiate("2025-03-26"), ProtocolVersion::V2025_03_26);
+        assert_eq!(ProtocolVersion::negotiate("1999-01-01"), ProtocolVersion::LATEST);
+    }
+
+    #[test]
+    fn versions_are_ordered_by_date_and_written_as_dates() {
+        for v in ProtocolVersion::SUPPORTED {
+            assert_eq!(ProtocolVersion::parse(v.as_str()), Some(v));
+            assert_eq!(serde_json::to_value(v).unwrap(), json!(v.as_str()));
+            assert_eq!(serde_json::from_value::<ProtocolVersion>(json!(v.as_str())).unwrap(), v);
+        }
+        let mut sorted = ProtocolVersion::SUPPORTED;
+        sorted.sort();
+        assert!(sorted.windows(2).all(|w| w[0].as_str() < w[1].as_str()), "Ord follows the dates");
+        assert_eq!(ProtocolVersion::parse("2024-11-05"), None);
     }
 
     #[test]

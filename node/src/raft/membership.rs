@@ -19,7 +19,7 @@ use switchboard_contract::admin::MemberRequest;
 impl RaftNode {
     /// Bootstrap or join, according to the configured membership. Idempotent across restarts.
     pub async fn join_cluster(self: &Arc<Self>) -> Result<(), RaftStoreError> {
-        if self.raft.is_initialized().await.map_err(|e| RaftStoreError::Fatal(e.to_string()))? {
+        if self.raft.is_initialized().await.map_err(|e| RaftStoreError::Fatal(Box::new(e)))? {
             return Ok(());
         }
         let me = (self.id, self.config.advertise.clone());
@@ -55,7 +55,7 @@ impl RaftNode {
             Ok(()) => Ok(()),
             // Someone initialized it first (or we did before a restart): fine.
             Err(RaftError::APIError(openraft::errors::InitializeError::NotAllowed(_))) => Ok(()),
-            Err(e) => Err(RaftStoreError::Membership(e.to_string())),
+            Err(e) => Err(RaftStoreError::Membership(Box::new(e))),
         }
     }
 
@@ -112,28 +112,28 @@ impl RaftNode {
 
     /// Add a learner (leader only; followers are told who leads).
     pub async fn add_learner(&self, id: NodeId, addr: String, blocking: bool) -> Result<(), RaftStoreError> {
-        self.raft.add_learner(id, BasicNode::new(addr), blocking).await.map(|_| ()).map_err(|e| RaftStoreError::Membership(e.to_string()))
+        self.raft.add_learner(id, BasicNode::new(addr), blocking).await.map(|_| ()).map_err(|e| RaftStoreError::Membership(Box::new(e)))
     }
 
     /// Make a caught-up learner a voter. Refused while it lags more than `max_lag` entries.
     pub async fn promote(&self, id: NodeId, max_lag: u64) -> Result<(), RaftStoreError> {
         let status = self.status();
         if !status.learners.contains(&id) && !status.voters.contains(&id) {
-            return Err(RaftStoreError::Membership(format!("node {id} is not a member; add it as a learner first")));
+            return Err(RaftStoreError::Membership(format!("node {id} is not a member; add it as a learner first").into()));
         }
         if status.voters.contains(&id) {
             return Ok(());
         }
         match status.replication_lag.get(&id) {
             Some(lag) if *lag <= max_lag => {}
-            Some(lag) => return Err(RaftStoreError::Membership(format!("node {id} is not caught up: {lag} entries behind"))),
-            None => return Err(RaftStoreError::Membership(format!("node {id} has no replication progress yet"))),
+            Some(lag) => return Err(RaftStoreError::Membership(format!("node {id} is not caught up: {lag} entries behind").into())),
+            None => return Err(RaftStoreError::Membership(format!("node {id} has no replication progress yet").into())),
         }
         self.raft
             .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
             .await
             .map(|_| ())
-            .map_err(|e| RaftStoreError::Membership(e.to_string()))
+            .map_err(|e| RaftStoreError::Membership(Box::new(e)))
     }
 
     /// Remove a member (voter or learner). Never removes the last voter.
@@ -141,7 +141,7 @@ impl RaftNode {
         let status = self.status();
         let change = if status.voters.contains(&id) {
             if status.voters.len() == 1 {
-                return Err(RaftStoreError::Membership(format!("node {id} is the last voter")));
+                return Err(RaftStoreError::Membership(format!("node {id} is the last voter").into()));
             }
             ChangeMembers::RemoveVoters(BTreeSet::from([id]))
         } else if status.learners.contains(&id) {
@@ -149,6 +149,6 @@ impl RaftNode {
         } else {
             return Ok(());
         };
-        self.raft.change_membership(change, false).await.map(|_| ()).map_err(|e| RaftStoreError::Membership(e.to_string()))
+        self.raft.change_membership(change, false).await.map(|_| ()).map_err(|e| RaftStoreError::Membership(Box::new(e)))
     }
 }

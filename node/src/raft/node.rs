@@ -56,15 +56,14 @@ impl RaftNode {
             purge_batch_size: config.snapshot_every.clamp(1, 256),
             ..Default::default()
         }
-        .validate()
-        .map_err(|e| RaftStoreError::Config(e.to_string()))?;
+        .validate()?;
         let log_store = LogStore::open(&config.data_dir)?;
         let sm = StateMachineStore::open(&config.data_dir)?;
         let client = PeerClient::new(config.secret.clone(), config.source_ip, config.key_fingerprint.clone());
         let network = NetworkFactory { client: client.clone(), streams: Default::default() };
         let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log_store, sm.clone())
             .await
-            .map_err(|e| RaftStoreError::Fatal(e.to_string()))?;
+            .map_err(|e| RaftStoreError::Fatal(Box::new(e)))?;
         let node = Arc::new(RaftNode {
             id: config.node_id,
             raft,

@@ -45,7 +45,7 @@ pub enum Watch {
 fn settled(state: &MailboxState) -> Option<WaitOutcome> {
     match state {
         MailboxState::Pending => None,
-        MailboxState::Delivered(v) => Some(serde_json::from_str(v).map(WaitOutcome::Delivered).unwrap_or(WaitOutcome::Deleted)),
+        MailboxState::Delivered(value) => Some(WaitOutcome::Delivered(value.decode())),
         MailboxState::Expired => Some(WaitOutcome::Expired),
         MailboxState::Deleted => Some(WaitOutcome::Deleted),
     }
@@ -53,7 +53,7 @@ fn settled(state: &MailboxState) -> Option<WaitOutcome> {
 
 fn wake_outcome(wake: &Wake) -> (&MailboxKey, WaitOutcome) {
     match wake {
-        Wake::Delivered(key, v) => (key, serde_json::from_str(v).map(WaitOutcome::Delivered).unwrap_or(WaitOutcome::Deleted)),
+        Wake::Delivered(key, value) => (key, WaitOutcome::Delivered(value.decode())),
         Wake::Expired(key) => (key, WaitOutcome::Expired),
         Wake::Deleted(key) => (key, WaitOutcome::Deleted),
     }

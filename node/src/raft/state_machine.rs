@@ -32,10 +32,10 @@ pub enum Command {
         owner: NodeId,
         ttl_ms: Millis,
     },
-    /// `value` is the client's JSON-RPC response, as JSON text.
+    /// `value` is the client's JSON-RPC response.
     MailboxDeliver {
         key: MailboxKey,
-        value: String,
+        value: JsonText,
     },
     MailboxDelete {
         key: MailboxKey,
@@ -64,6 +64,46 @@ pub enum Command {
     Tick,
 }
 
+/// JSON text known to parse: a delivered answer, kept as text in the log and the state (compact,
+/// compared byte for byte) and decoded when it wakes its waiter. Text that does not parse is
+/// refused when a command is decoded, so it never reaches the log or the state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct JsonText(String);
+
+/// Text that is not JSON.
+#[derive(Debug, thiserror::Error)]
+#[error("not JSON: {0}")]
+pub struct NotJson(#[source] serde_json::Error);
+
+impl JsonText {
+    /// The value. Cannot fail: the text was checked when this was built.
+    pub fn decode(&self) -> serde_json::Value {
+        serde_json::from_str(&self.0).expect("JsonText holds valid JSON")
+    }
+}
+
+impl From<&serde_json::Value> for JsonText {
+    fn from(value: &serde_json::Value) -> Self {
+        JsonText(value.to_string())
+    }
+}
+
+impl TryFrom<String> for JsonText {
+    type Error = NotJson;
+
+    fn try_from(text: String) -> Result<Self, NotJson> {
+        serde_json::from_str::<serde::de::IgnoredAny>(&text).map_err(NotJson)?;
+        Ok(JsonText(text))
+    }
+}
+
+impl From<JsonText> for String {
+    fn from(text: JsonText) -> String {
+        text.0
+    }
+}
+
 /// A command as it is written to the log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Request {
@@ -87,7 +127,7 @@ pub enum Response {
 /// A change waiters on some node may be parked on.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Wake {
-    Delivered(MailboxKey, String),
+    Delivered(MailboxKey, JsonText),
     Expired(MailboxKey),
     Deleted(MailboxKey),
 }
@@ -95,7 +135,7 @@ pub enum Wake {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum MailboxState {
     Pending,
-    Delivered(String),
+    Delivered(JsonText),
     Expired,
     Deleted,
 }
@@ -310,8 +350,24 @@ mod tests {
     use super::*;
     use crate::protocol::types::{ClientCapabilities, Implementation};
 
+    /// `value` as a JSON string.
+    fn text(value: &str) -> JsonText {
+        JsonText::from(&serde_json::Value::String(value.into()))
+    }
+
+    #[test]
+    fn delivered_text_that_is_not_json_never_decodes_into_a_command() {
+        let good = Command::MailboxDeliver { key: key(1), value: text("yes") };
+        let bytes = crate::peer::codec::encode(&good);
+        assert_eq!(crate::peer::codec::decode::<Command>(&bytes).unwrap(), good);
+        let forged = crate::peer::codec::encode(&serde_json::json!({"MailboxDeliver": {"key": key(1), "value": "{not json"}}));
+        assert!(crate::peer::codec::decode::<Command>(&forged).is_err());
+        assert!(JsonText::try_from("{not json".to_string()).is_err());
+        assert_eq!(text("yes").decode(), serde_json::json!("yes"));
+    }
+
     fn key(n: u8) -> MailboxKey {
-        MailboxKey(format!("{n:032x}"))
+        MailboxKey::from_bits(n as u128)
     }
 
     fn req(now: Millis, command: Command) -> Request {
@@ -323,13 +379,13 @@ mod tests {
     }
 
     fn deliver(sm: &mut StateMachine, now: Millis, k: u8, value: &str) -> (Response, Vec<Wake>) {
-        sm.apply(&req(now, Command::MailboxDeliver { key: key(k), value: value.into() }))
+        sm.apply(&req(now, Command::MailboxDeliver { key: key(k), value: text(value) }))
     }
 
     fn session(id: &str) -> SessionRecord {
         SessionRecord {
             id: SessionId(id.into()),
-            protocol_version: "2025-11-25".into(),
+            protocol_version: crate::protocol::types::ProtocolVersion::V2025_11_25,
             client_info: Implementation { name: "c".into(), version: "1".into(), title: None },
             capabilities: ClientCapabilities::default(),
             log_level: LogLevel::Info,
@@ -343,7 +399,7 @@ mod tests {
         assert_eq!(create(&mut sm, 1000, 1, 500), Response::Created(CreateOutcome::Created));
         deliver(&mut sm, 1001, 1, "v");
         assert_eq!(create(&mut sm, 1002, 1, 500), Response::Created(CreateOutcome::AlreadyExists));
-        assert_eq!(sm.mailbox(&key(1)).unwrap().state, MailboxState::Delivered("v".into()));
+        assert_eq!(sm.mailbox(&key(1)).unwrap().state, MailboxState::Delivered(text("v")));
     }
 
     #[test]
@@ -352,11 +408,11 @@ mod tests {
         create(&mut sm, 1000, 1, 500);
         let (r, wakes) = deliver(&mut sm, 1100, 1, "first");
         assert_eq!(r, Response::Delivered(DeliverOutcome::Delivered));
-        assert_eq!(wakes, vec![Wake::Delivered(key(1), "first".into())]);
+        assert_eq!(wakes, vec![Wake::Delivered(key(1), text("first"))]);
         let (r, wakes) = deliver(&mut sm, 1200, 1, "second");
         assert_eq!(r, Response::Delivered(DeliverOutcome::AlreadyDelivered));
         assert!(wakes.is_empty());
-        assert_eq!(sm.mailbox(&key(1)).unwrap().state, MailboxState::Delivered("first".into()));
+        assert_eq!(sm.mailbox(&key(1)).unwrap().state, MailboxState::Delivered(text("first")));
         assert_eq!(deliver(&mut sm, 1300, 9, "x").0, Response::Delivered(DeliverOutcome::NotFound));
     }
 
@@ -422,7 +478,7 @@ mod tests {
         let mut sm = StateMachine::default();
         create(&mut sm, 1000, 1, 500);
         let write = Some(WriteId { origin: 2, serial: 9 });
-        let deliver = Command::MailboxDeliver { key: key(1), value: "v".into() };
+        let deliver = Command::MailboxDeliver { key: key(1), value: text("v") };
         let first = sm.apply(&Request { now: 1100, write, command: deliver.clone() }).0;
         let retry = sm.apply(&Request { now: 1200, write, command: deliver.clone() }).0;
         assert_eq!(first, Response::Delivered(DeliverOutcome::Delivered));
@@ -459,7 +515,7 @@ mod tests {
                 let k = key((i % 17) as u8);
                 let command = match i % 4 {
                     0 => Command::MailboxCreate { key: k, owner: i % 3, ttl_ms: 50 + i },
-                    1 => Command::MailboxDeliver { key: k, value: i.to_string() },
+                    1 => Command::MailboxDeliver { key: k, value: text(&i.to_string()) },
                     2 => Command::MailboxDelete { key: k },
                     _ => Command::Tick,
                 };

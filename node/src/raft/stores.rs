@@ -3,7 +3,7 @@
 
 use super::RaftNode;
 use super::sm_store::Watch;
-use super::state_machine::{Command, Millis, Response};
+use super::state_machine::{Command, JsonText, Millis, Response};
 use crate::clock::now_ms;
 use crate::mailbox::{CreateOutcome, DeliverOutcome, Mailbox, MailboxError, MailboxKey, NodeId, WaitOutcome, check_ttl};
 use crate::protocol::types::LogLevel;
@@ -74,15 +74,15 @@ impl Mailbox for RaftMailbox {
                 self.created_here.lock().unwrap().insert(key.clone(), index);
                 Ok(outcome)
             }
-            other => Err(MailboxError::Unavailable(format!("unexpected reply to create: {other:?}"))),
+            other => Err(MailboxError::Unavailable(format!("unexpected reply to create: {other:?}").into())),
         }
     }
 
     async fn deliver(&self, key: &MailboxKey, value: Value) -> Result<DeliverOutcome, MailboxError> {
-        let command = Command::MailboxDeliver { key: key.clone(), value: value.to_string() };
+        let command = Command::MailboxDeliver { key: key.clone(), value: JsonText::from(&value) };
         match self.node.propose(command).await?.0 {
             Response::Delivered(outcome) => Ok(outcome),
-            other => Err(MailboxError::Unavailable(format!("unexpected reply to deliver: {other:?}"))),
+            other => Err(MailboxError::Unavailable(format!("unexpected reply to deliver: {other:?}").into())),
         }
     }
 

@@ -11,7 +11,9 @@ use super::rendezvous::Rendezvous;
 use super::schema::validation_errors;
 use crate::mailbox::{MailboxError, MailboxKey, WaitOutcome};
 use crate::protocol::jsonrpc::{ErrorObject, Message, RequestId};
-use crate::protocol::types::{CreateMessageParams, CreateMessageResult, ElicitAction, ElicitResult, LogLevel, RequestKind};
+use crate::protocol::types::{
+    CreateMessageParams, CreateMessageResult, ElicitAction, ElicitResult, LogLevel, ProtocolVersion, RequestKind,
+};
 use crate::session::SessionRecord;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
@@ -140,7 +142,7 @@ impl RequestContext {
         let mut params = Map::new();
         params.insert("message".into(), Value::String(message.into()));
         params.insert("requestedSchema".into(), requested_schema);
-        if self.scope.session.protocol_version.as_str() >= "2025-11-25" {
+        if self.scope.session.protocol_version >= ProtocolVersion::V2025_11_25 {
             params.insert("mode".into(), json!("form"));
         }
         let answer = self.request(RequestKind::Elicitation, "elicitation/create", Value::Object(params)).await?;

@@ -139,7 +139,7 @@ impl IdSealer {
 
     /// The id of a server-to-client request for mailbox `key`.
     pub fn seal_request(&self, request: &SealedRequest, session: &str) -> RequestId {
-        let key = u128::from_str_radix(&request.key.0, 16).expect("mailbox keys are 128-bit hex");
+        let key = request.key.bits();
         let mut fields = Vec::with_capacity(32);
         fields.extend_from_slice(&key.to_be_bytes());
         fields.extend_from_slice(&request.owner.to_be_bytes());
@@ -158,7 +158,7 @@ impl IdSealer {
         if now_ms > deadline_ms {
             return Err(OpenError::Expired);
         }
-        Ok(SealedRequest { key: MailboxKey(format!("{key:032x}")), owner, deadline_ms })
+        Ok(SealedRequest { key: MailboxKey::from_bits(key), owner, deadline_ms })
     }
 
     pub fn seal_event(&self, event: SealedEvent, session: &str) -> String {

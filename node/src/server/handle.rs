@@ -12,7 +12,7 @@ use super::rendezvous::Rendezvous;
 use crate::mailbox::Mailbox;
 use crate::metrics::Metrics;
 use crate::protocol::jsonrpc::ErrorObject;
-use crate::protocol::types::{Implementation, InitializeParams, LogLevel, negotiate_version};
+use crate::protocol::types::{Implementation, InitializeParams, LogLevel, ProtocolVersion};
 use crate::session::{SessionError, SessionId, SessionRecord, SessionStore};
 use serde_json::{Value, json};
 use std::sync::{Arc, RwLock};
@@ -65,10 +65,10 @@ impl Server {
     pub async fn initialize(&self, params: Option<Value>) -> Result<(SessionRecord, Value), ErrorObject> {
         let params: InitializeParams = serde_json::from_value(params.unwrap_or(Value::Null))
             .map_err(|e| ErrorObject::invalid_params(format!("invalid initialize params: {e}")))?;
-        let version = negotiate_version(&params.protocol_version);
+        let version = ProtocolVersion::negotiate(&params.protocol_version);
         let record = SessionRecord {
             id: SessionId::random(),
-            protocol_version: version.to_string(),
+            protocol_version: version,
             client_info: params.client_info,
             capabilities: params.capabilities,
             log_level: LogLevel::Info,

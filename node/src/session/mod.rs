@@ -8,7 +8,7 @@ mod memory;
 
 pub use memory::InMemorySessionStore;
 
-use crate::protocol::types::{ClientCapabilities, Implementation, LogLevel};
+use crate::protocol::types::{ClientCapabilities, Implementation, LogLevel, ProtocolVersion};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
@@ -36,7 +36,7 @@ impl std::fmt::Display for SessionId {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionRecord {
     pub id: SessionId,
-    pub protocol_version: String,
+    pub protocol_version: ProtocolVersion,
     pub client_info: Implementation,
     pub capabilities: ClientCapabilities,
     pub log_level: LogLevel,
@@ -48,7 +48,7 @@ pub struct SessionRecord {
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
     #[error("session store unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(#[source] crate::mailbox::BoxError),
 }
 
 #[async_trait]

@@ -2,7 +2,7 @@
 
 use super::sse::{EventLog, RelayError, StreamLogs, StreamRelay, StreamSink};
 use crate::protocol::jsonrpc::{self, ErrorObject, Message};
-use crate::protocol::types::is_supported_version;
+use crate::protocol::types::ProtocolVersion;
 use crate::server::{Outbound, Outgoing, Server, SessionLookupError};
 use crate::session::{SessionId, SessionRecord};
 use axum::Router;
@@ -126,9 +126,13 @@ pub async fn serve(
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    axum::serve(tuned(listener), router).with_graceful_shutdown(shutdown).await
+}
+
+/// `listener` with every accepted connection tuned (see [`serve`]).
+fn tuned(listener: tokio::net::TcpListener) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr> {
     use axum::serve::ListenerExt;
-    let listener = listener.tap_io(|tcp| tune(tcp));
-    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+    listener.tap_io(|tcp| tune(tcp))
 }
 
 fn tune(tcp: &tokio::net::TcpStream) {
@@ -189,7 +193,7 @@ fn accepts(headers: &HeaderMap, media: &str) -> bool {
 fn check_protocol_version(headers: &HeaderMap) -> Result<(), Response> {
     match headers.get(PROTOCOL_VERSION_HEADER).map(|v| v.to_str()) {
         None => Ok(()),
-        Some(Ok(v)) if is_supported_version(v) => Ok(()),
+        Some(Ok(v)) if ProtocolVersion::parse(v).is_some() => Ok(()),
         Some(v) => Err(http_error(StatusCode::BAD_REQUEST, format!("Unsupported MCP-Protocol-Version: {}", v.unwrap_or("<non-ASCII>")))),
     }
 }
@@ -208,7 +212,7 @@ async fn require_session(state: &HttpState, headers: &HeaderMap) -> Result<Sessi
 
 /// Whether streams of this session start with a priming event (2025-11-25 and later).
 fn primes(session: &SessionRecord) -> bool {
-    session.protocol_version.as_str() >= "2025-11-25"
+    session.protocol_version >= ProtocolVersion::V2025_11_25
 }
 
 async fn post(State(state): State<Shared>, headers: HeaderMap, body: Result<Bytes, axum::extract::rejection::BytesRejection>) -> Response {
@@ -374,10 +378,11 @@ mod tests {
 
     #[tokio::test]
     async fn accepted_connections_get_nodelay_and_keepalive() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        use axum::serve::Listener;
+        // The listener `serve` accepts with, not a socket tuned by hand.
+        let mut listener = tuned(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap());
         let _client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
-        let (accepted, _) = listener.accept().await.unwrap();
-        tune(&accepted);
+        let (accepted, _) = listener.accept().await;
         let socket = socket2::SockRef::from(&accepted);
         assert!(accepted.nodelay().unwrap());
         assert!(socket.keepalive().unwrap());
