@@ -267,6 +267,7 @@ fn server_builder(common: &CommonArgs, node_id: u64, sealer: Arc<IdSealer>) -> S
         elicitation_timeout: common.elicitation_timeout,
         sampling_timeout: common.sampling_timeout,
         page_size: common.page_size as usize,
+        ..Default::default()
     };
     common.tools.register(ServerBuilder::new("switchboard", env!("CARGO_PKG_VERSION")).config(config).id_sealer(sealer))
 }

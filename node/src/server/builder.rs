@@ -71,8 +71,10 @@ impl ServerBuilder {
         self.offerings.resources.push(Arc::new(resource));
         self
     }
+    /// Build the server. Inside a tokio runtime this also starts its periodic sweep of idle
+    /// node-local session state (it ends with the last handle on the server).
     pub fn build(self, mailbox: Arc<dyn Mailbox>, sessions: Arc<dyn SessionStore>) -> Server {
-        Server {
+        let server = Server {
             inner: Arc::new(Inner {
                 cluster: self.cluster,
                 info: self.info,
@@ -90,6 +92,10 @@ impl ServerBuilder {
                 sessions,
                 local: Default::default(),
             }),
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            server.spawn_local_sweep();
         }
+        server
     }
 }

@@ -10,6 +10,8 @@ pub struct ServerConfig {
     pub sampling_timeout: Duration,
     /// Items per page of `*/list` results.
     pub page_size: usize,
+    /// How often idle node-local session entries are dropped.
+    pub local_sweep_interval: Duration,
 }
 
 impl Default for ServerConfig {
@@ -19,6 +21,7 @@ impl Default for ServerConfig {
             elicitation_timeout: Duration::from_secs(300),
             sampling_timeout: Duration::from_secs(600),
             page_size: 100,
+            local_sweep_interval: Duration::from_secs(30),
         }
     }
 }

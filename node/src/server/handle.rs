@@ -118,3 +118,52 @@ impl Server {
         *self.local(id).notifier.lock().unwrap() = Some(out);
     }
 }
+
+impl Server {
+    /// Every `local_sweep_interval`, drop idle node-local session entries. Holds the server
+    /// weakly: the task ends once the server is gone.
+    pub(super) fn spawn_local_sweep(&self) {
+        let inner = Arc::downgrade(&self.inner);
+        let every = self.inner.config.local_sweep_interval;
+        tokio::spawn(async move {
+            let mut timer = tokio::time::interval(every);
+            timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            timer.tick().await;
+            loop {
+                timer.tick().await;
+                let Some(inner) = inner.upgrade() else { return };
+                let dropped = inner.local.sweep_idle(&inner.rendezvous.metrics);
+                if dropped > 0 {
+                    tracing::debug!(dropped, "idle node-local session entries dropped");
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mailbox::InMemoryMailbox;
+    use crate::server::ServerBuilder;
+    use crate::session::InMemorySessionStore;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn idle_local_session_entries_are_swept_periodically() {
+        let config = ServerConfig { local_sweep_interval: Duration::from_millis(20), ..Default::default() };
+        let server = ServerBuilder::new("t", "1")
+            .config(config)
+            .build(Arc::new(InMemoryMailbox::new()), Arc::new(InMemorySessionStore::new(Duration::from_secs(60))));
+        let (idle, busy) = (SessionId("idle".into()), SessionId("busy".into()));
+        drop(server.local(&idle));
+        let held = server.local(&busy);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while server.inner.local.get(&idle).is_some() {
+            assert!(tokio::time::Instant::now() < deadline, "the idle entry was never swept");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(server.inner.local.get(&busy).is_some(), "an entry a task holds stays");
+        drop(held);
+    }
+}

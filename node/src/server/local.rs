@@ -51,18 +51,20 @@ impl LocalSessions {
     /// The entry of `id`, created on first use.
     pub(super) fn entry(&self, id: &SessionId, metrics: &Metrics) -> Arc<LocalSession> {
         let mut sessions = self.sessions.lock().unwrap();
-        if !sessions.contains_key(id) && sessions.len() % 256 == 255 {
-            Self::sweep_idle(&mut sessions);
-        }
         let entry = sessions.entry(id.clone()).or_default().clone();
         metrics.set_local_sessions(sessions.len());
         entry
     }
 
-    /// Sessions that ended by TTL leave entries behind; an idle one (held by no task, nothing
-    /// running, no stream attached) holds nothing the replicated record doesn't.
-    fn sweep_idle(sessions: &mut HashMap<SessionId, Arc<LocalSession>>) {
+    /// Drop idle entries. Sessions that ended by TTL leave entries behind; an idle one (held by
+    /// no task, nothing running, no stream attached) holds nothing the replicated record doesn't.
+    /// Run periodically by the server (see `Server::spawn_local_sweep`).
+    pub(super) fn sweep_idle(&self, metrics: &Metrics) -> usize {
+        let mut sessions = self.sessions.lock().unwrap();
+        let before = sessions.len();
         sessions.retain(|_, l| Arc::strong_count(l) > 1 || !l.running.lock().unwrap().is_empty() || l.notifier.lock().unwrap().is_some());
+        metrics.set_local_sessions(sessions.len());
+        before - sessions.len()
     }
 
     /// The entry of `id`, if this node has one.
