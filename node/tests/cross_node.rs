@@ -61,10 +61,12 @@ async fn a_session_made_on_one_node_works_on_every_node_at_once() {
     cluster.raft.node(2).linearize().await.unwrap();
     let messages = on(&client, &cluster, 2).request(11, "tools/call", json!({"name": "test_tool_with_logging", "arguments": {}})).await;
     assert!(messages.iter().all(|m| m["method"] != "notifications/message"), "info logs filtered: {messages:?}");
-    // DELETE on node 2 ends it everywhere.
+    // DELETE on node 2 ends it everywhere, once each replica has applied the deletion (like the
+    // log level above: within the replication lag).
     let res = client.http.delete(&cluster.urls[2]).header("mcp-session-id", client.session.clone().unwrap()).send().await.unwrap();
     assert!(res.status().is_success());
     for i in 0..3 {
+        cluster.raft.node(i).linearize().await.unwrap();
         let res = on(&client, &cluster, i).post(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).send().await.unwrap();
         assert_eq!(res.status(), 404, "node {i}");
     }

@@ -39,7 +39,8 @@ impl Server {
                 return AnswerOutcome::Dropped(e.label());
             }
         };
-        match self.inner.rendezvous.mailbox.deliver(&key, message.to_value()).await {
+        let tag = self.inner.rendezvous.sealer.session_tag(session.id.as_str());
+        match self.inner.rendezvous.mailbox.deliver(&key, tag, message.to_value()).await {
             Ok(DeliverOutcome::Delivered) => {
                 tracing::debug!(%key, session = %session.id, node = self.node_id(), "client answer delivered");
                 metrics.answer_delivered();
