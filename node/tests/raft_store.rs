@@ -10,7 +10,7 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 use switchboard_node::mailbox::{DeliverOutcome, Mailbox, MailboxKey, SessionTag, WaitOutcome, contract};
-use switchboard_node::protocol::types::{ClientCapabilities, Implementation, LogLevel};
+use switchboard_node::protocol::types::{CapabilityFlags, Implementation, LogLevel};
 use switchboard_node::raft::log_store::LogStore;
 use switchboard_node::raft::sm_store::StateMachineStore;
 use switchboard_node::raft::types::TypeConfig;
@@ -79,7 +79,7 @@ fn record(id: &str) -> SessionRecord {
         id: SessionId(id.into()),
         protocol_version: switchboard_node::protocol::types::ProtocolVersion::V2025_11_25,
         client_info: Implementation { name: "t".into(), version: "1".into(), title: None },
-        capabilities: ClientCapabilities(json!({"elicitation": {}})),
+        capabilities: CapabilityFlags { elicitation_form: true, ..Default::default() },
         log_level: LogLevel::Info,
         subscriptions: Default::default(),
     }
@@ -94,9 +94,12 @@ async fn sessions_created_anywhere_are_readable_everywhere_at_once() {
         // Read-your-writes on every other node, immediately (ReadIndex on a miss).
         for j in 0..3 {
             let got = cluster.sessions(j).get(&id).await.unwrap().expect("session visible");
-            assert_eq!(got.capabilities, ClientCapabilities(json!({"elicitation": {}})));
+            assert_eq!(got.capabilities, CapabilityFlags { elicitation_form: true, ..Default::default() });
         }
     }
+    // Every request reads the record: it gets the replica's shared copy, not a clone of it.
+    let (a, b) = (cluster.sessions(1).get(&SessionId("s0".into())).await.unwrap(), cluster.sessions(1).get(&SessionId("s0".into())).await);
+    assert!(Arc::ptr_eq(&a.unwrap(), &b.unwrap().unwrap()), "two reads share one record");
     let id = SessionId("s0".into());
     assert!(cluster.sessions(2).set_log_level(&id, LogLevel::Error).await.unwrap());
     cluster.node(0).linearize().await.unwrap();

@@ -59,6 +59,35 @@ pub struct Implementation {
     pub title: Option<String>,
 }
 
+/// The most of each `clientInfo` field (name, version, title) a session keeps: enough for any
+/// real client's name, and a replicated record that no client can inflate.
+pub const MAX_CLIENT_INFO_FIELD_BYTES: usize = 256;
+
+impl Implementation {
+    /// This implementation with each field cut to at most `max` bytes, at a char boundary.
+    pub fn truncated(mut self, max: usize) -> Self {
+        truncate_to(&mut self.name, max);
+        truncate_to(&mut self.version, max);
+        if let Some(title) = &mut self.title {
+            truncate_to(title, max);
+        }
+        self
+    }
+}
+
+/// Cut `text` to at most `max` bytes without splitting a character.
+fn truncate_to(text: &mut String, max: usize) {
+    if text.len() <= max {
+        return;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.shrink_to_fit();
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InitializeParams {
@@ -68,8 +97,8 @@ pub struct InitializeParams {
     pub client_info: Implementation,
 }
 
-/// What the client said it can do. Kept as raw JSON (the record is replicated verbatim) with
-/// typed questions on top.
+/// What the client said it can do, as it came in `initialize` (any JSON object). Only read once,
+/// to derive the [`CapabilityFlags`] a session keeps.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(transparent)]
 pub struct ClientCapabilities(pub Value);
@@ -93,6 +122,70 @@ impl ClientCapabilities {
     }
     pub fn sampling_tools(&self) -> bool {
         self.get("sampling").and_then(|s| s.get("tools")).is_some()
+    }
+    pub fn roots(&self) -> bool {
+        self.get("roots").is_some()
+    }
+    pub fn roots_list_changed(&self) -> bool {
+        self.get("roots").and_then(|r| r.get("listChanged")).and_then(Value::as_bool) == Some(true)
+    }
+    /// The answers to every question the server asks of a client's capabilities.
+    pub fn flags(&self) -> CapabilityFlags {
+        CapabilityFlags {
+            elicitation_form: self.elicitation_form(),
+            elicitation_url: self.elicitation_url(),
+            sampling: self.sampling(),
+            sampling_tools: self.sampling_tools(),
+            roots: self.roots(),
+            roots_list_changed: self.roots_list_changed(),
+        }
+    }
+}
+
+/// The client capabilities the server acts on: all a session record keeps of the client's
+/// `capabilities` object (whatever else a client declares is never read, so it is neither
+/// stored nor replicated). Encoded as one byte, a bit per flag, in the Raft log and snapshots.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(from = "u8", into = "u8")]
+pub struct CapabilityFlags {
+    /// Form-mode elicitation (`elicitation: {}` or `elicitation.form`).
+    pub elicitation_form: bool,
+    /// URL-mode elicitation (`elicitation.url`, 2025-11-25).
+    pub elicitation_url: bool,
+    /// `sampling/createMessage`.
+    pub sampling: bool,
+    /// Tools in sampling requests (`sampling.tools`).
+    pub sampling_tools: bool,
+    /// `roots/list`.
+    pub roots: bool,
+    /// `notifications/roots/list_changed` (`roots.listChanged: true`).
+    pub roots_list_changed: bool,
+}
+
+impl CapabilityFlags {
+    /// Bit of each flag in the encoded byte, in field order.
+    const BITS: [fn(&CapabilityFlags) -> bool; 6] =
+        [|f| f.elicitation_form, |f| f.elicitation_url, |f| f.sampling, |f| f.sampling_tools, |f| f.roots, |f| f.roots_list_changed];
+}
+
+impl From<CapabilityFlags> for u8 {
+    fn from(flags: CapabilityFlags) -> u8 {
+        CapabilityFlags::BITS.iter().enumerate().fold(0, |byte, (bit, is_set)| byte | (u8::from(is_set(&flags)) << bit))
+    }
+}
+
+impl From<u8> for CapabilityFlags {
+    /// Bits this version does not know are ignored.
+    fn from(byte: u8) -> CapabilityFlags {
+        let bit = |n: u8| byte & (1 << n) != 0;
+        CapabilityFlags {
+            elicitation_form: bit(0),
+            elicitation_url: bit(1),
+            sampling: bit(2),
+            sampling_tools: bit(3),
+            roots: bit(4),
+            roots_list_changed: bit(5),
+        }
     }
 }
 
@@ -368,6 +461,46 @@ mod tests {
         let caps = ClientCapabilities(json!({"elicitation": {"url": {}}}));
         assert!(!caps.elicitation_form() && caps.elicitation_url() && !caps.sampling());
         assert!(!ClientCapabilities::default().elicitation_form());
+        let caps = ClientCapabilities(json!({"roots": {"listChanged": true}}));
+        assert!(caps.roots() && caps.roots_list_changed());
+        let caps = ClientCapabilities(json!({"roots": {}}));
+        assert!(caps.roots() && !caps.roots_list_changed());
+    }
+
+    #[test]
+    fn capability_flags_are_one_byte_and_round_trip() {
+        let caps = ClientCapabilities(json!({"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {"listChanged": true},
+            "experimental": {"huge": "x".repeat(10_000)}}));
+        let flags = caps.flags();
+        assert_eq!(
+            flags,
+            CapabilityFlags {
+                elicitation_form: true,
+                elicitation_url: true,
+                sampling: true,
+                sampling_tools: false,
+                roots: true,
+                roots_list_changed: true
+            }
+        );
+        let encoded = rmp_serde::to_vec_named(&flags).unwrap();
+        assert_eq!(encoded.len(), 1, "a positive fixint");
+        assert_eq!(rmp_serde::from_slice::<CapabilityFlags>(&encoded).unwrap(), flags);
+        for byte in 0..64u8 {
+            assert_eq!(u8::from(CapabilityFlags::from(byte)), byte);
+        }
+        assert_eq!(CapabilityFlags::from(0xc0), CapabilityFlags::default(), "unknown bits are ignored");
+    }
+
+    #[test]
+    fn client_info_is_cut_at_char_boundaries() {
+        let info = Implementation { name: "é".repeat(200), version: "1".into(), title: Some("t".repeat(1000)) };
+        let cut = info.truncated(MAX_CLIENT_INFO_FIELD_BYTES);
+        assert_eq!(cut.name, "é".repeat(128), "400 bytes of two-byte chars cut to 256");
+        assert_eq!(cut.version, "1");
+        assert_eq!(cut.title.unwrap().len(), MAX_CLIENT_INFO_FIELD_BYTES);
+        let odd = Implementation { name: format!("a{}", "é".repeat(200)), version: String::new(), title: None }.truncated(256);
+        assert_eq!(odd.name.len(), 255, "never splits a character");
     }
 
     #[test]

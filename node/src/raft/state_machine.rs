@@ -7,6 +7,7 @@ use crate::protocol::types::LogLevel;
 use crate::session::{SessionId, SessionRecord};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 /// Milliseconds since the Unix epoch, as read by a leader's clock.
 pub type Millis = u64;
@@ -157,9 +158,27 @@ pub struct Mailbox {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Session {
-    pub record: SessionRecord,
+    /// Shared with the requests that read it: a read hands out a pointer, and a change copies
+    /// the (small) record only while a request still holds the old one.
+    #[serde(with = "shared")]
+    pub record: Arc<SessionRecord>,
     pub ttl_ms: Millis,
     pub expires_at: Millis,
+}
+
+/// Serde of an `Arc<T>` as the `T` it points to (serde's own needs its `rc` feature, which
+/// would rebuild every crate that uses serde).
+mod shared {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::sync::Arc;
+
+    pub fn serialize<T: Serialize, S: Serializer>(value: &Arc<T>, serializer: S) -> Result<S::Ok, S::Error> {
+        T::serialize(value, serializer)
+    }
+
+    pub fn deserialize<'de, T: Deserialize<'de>, D: Deserializer<'de>>(deserializer: D) -> Result<Arc<T>, D::Error> {
+        T::deserialize(deserializer).map(Arc::new)
+    }
 }
 
 /// Everything replicated, and what a snapshot holds.
@@ -285,8 +304,8 @@ impl StateMachine {
             }
             Command::SessionCreate { record, ttl_ms } => {
                 let expires_at = now.saturating_add(*ttl_ms);
-                if let Some(old) = self.sessions.insert(record.id.clone(), Session { record: record.clone(), ttl_ms: *ttl_ms, expires_at })
-                {
+                let session = Session { record: Arc::new(record.clone()), ttl_ms: *ttl_ms, expires_at };
+                if let Some(old) = self.sessions.insert(record.id.clone(), session) {
                     self.sessions_by_expiry.remove(&(old.expires_at, record.id.clone()));
                 }
                 self.sessions_by_expiry.insert((expires_at, record.id.clone()));
@@ -294,17 +313,18 @@ impl StateMachine {
             }
             Command::SessionSetLogLevel { id, level } => match self.sessions.get_mut(id) {
                 Some(session) => {
-                    session.record.log_level = *level;
+                    Arc::make_mut(&mut session.record).log_level = *level;
                     Response::Session(true)
                 }
                 None => Response::Session(false),
             },
             Command::SessionSubscribe { id, uri, subscribed } => match self.sessions.get_mut(id) {
                 Some(session) => {
+                    let record = Arc::make_mut(&mut session.record);
                     if *subscribed {
-                        session.record.subscriptions.insert(uri.clone());
+                        record.subscriptions.insert(uri.clone());
                     } else {
-                        session.record.subscriptions.remove(uri);
+                        record.subscriptions.remove(uri);
                     }
                     Response::Session(true)
                 }
@@ -360,7 +380,7 @@ impl StateMachine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::types::{ClientCapabilities, Implementation};
+    use crate::protocol::types::{CapabilityFlags, Implementation};
 
     /// `value` as a JSON string.
     fn text(value: &str) -> JsonText {
@@ -399,7 +419,7 @@ mod tests {
             id: SessionId(id.into()),
             protocol_version: crate::protocol::types::ProtocolVersion::V2025_11_25,
             client_info: Implementation { name: "c".into(), version: "1".into(), title: None },
-            capabilities: ClientCapabilities::default(),
+            capabilities: CapabilityFlags::default(),
             log_level: LogLevel::Info,
             subscriptions: Default::default(),
         }

@@ -129,7 +129,7 @@ impl SessionStore for RaftSessions {
         Ok(())
     }
 
-    async fn get(&self, id: &SessionId) -> Result<Option<SessionRecord>, SessionError> {
+    async fn get(&self, id: &SessionId) -> Result<Option<Arc<SessionRecord>>, SessionError> {
         let local = |node: &RaftNode| node.sm.read(|sm| sm.session(id).map(|s| (s.record.clone(), s.expires_at)));
         let found = match local(&self.node) {
             Some(found) => Some(found),

@@ -128,7 +128,7 @@ impl RequestContext {
     /// Ask the user to fill a form (`elicitation/create`, form mode). `requested_schema` must be a
     /// flat object of primitive fields. Accepted content is validated against it.
     pub async fn elicit(&self, message: impl Into<String>, requested_schema: Value) -> Result<ElicitResult, ClientRequestError> {
-        if !self.scope.session.capabilities.elicitation_form() {
+        if !self.scope.session.capabilities.elicitation_form {
             return Err(ClientRequestError::CapabilityMissing("elicitation"));
         }
         check_flat_schema(&requested_schema)?;
@@ -165,7 +165,7 @@ impl RequestContext {
         url: &str,
         elicitation_id: &str,
     ) -> Result<ElicitResult, ClientRequestError> {
-        if !self.scope.session.capabilities.elicitation_url() {
+        if !self.scope.session.capabilities.elicitation_url {
             return Err(ClientRequestError::CapabilityMissing("elicitation.url"));
         }
         let params = json!({"mode": "url", "message": message.into(), "url": url, "elicitationId": elicitation_id});
@@ -181,10 +181,10 @@ impl RequestContext {
 
     /// Ask the client's LLM for a completion (`sampling/createMessage`).
     pub async fn sample(&self, params: CreateMessageParams) -> Result<CreateMessageResult, ClientRequestError> {
-        if !self.scope.session.capabilities.sampling() {
+        if !self.scope.session.capabilities.sampling {
             return Err(ClientRequestError::CapabilityMissing("sampling"));
         }
-        if params.tools.is_some() && !self.scope.session.capabilities.sampling_tools() {
+        if params.tools.is_some() && !self.scope.session.capabilities.sampling_tools {
             return Err(ClientRequestError::CapabilityMissing("sampling.tools"));
         }
         let params = serde_json::to_value(params).expect("params serialize");

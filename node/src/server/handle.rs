@@ -12,7 +12,7 @@ use super::rendezvous::Rendezvous;
 use crate::mailbox::Mailbox;
 use crate::metrics::Metrics;
 use crate::protocol::jsonrpc::ErrorObject;
-use crate::protocol::types::{Implementation, InitializeParams, LogLevel, ProtocolVersion};
+use crate::protocol::types::{Implementation, InitializeParams, LogLevel, MAX_CLIENT_INFO_FIELD_BYTES, ProtocolVersion};
 use crate::session::{SessionError, SessionId, SessionRecord, SessionStore};
 use serde_json::{Value, json};
 use std::sync::{Arc, RwLock};
@@ -62,19 +62,22 @@ impl Server {
     }
 
     /// Answer `initialize`: negotiate the version, store the session, return its record and result.
-    pub async fn initialize(&self, params: Option<Value>) -> Result<(SessionRecord, Value), ErrorObject> {
+    /// The record keeps only what the server reads of the params: the capability flags and
+    /// the client info cut to [`MAX_CLIENT_INFO_FIELD_BYTES`] per field.
+    pub async fn initialize(&self, params: Option<Value>) -> Result<(Arc<SessionRecord>, Value), ErrorObject> {
         let params: InitializeParams = serde_json::from_value(params.unwrap_or(Value::Null))
             .map_err(|e| ErrorObject::invalid_params(format!("invalid initialize params: {e}")))?;
         let version = ProtocolVersion::negotiate(&params.protocol_version);
         let record = SessionRecord {
             id: SessionId::random(),
             protocol_version: version,
-            client_info: params.client_info,
-            capabilities: params.capabilities,
+            client_info: params.client_info.truncated(MAX_CLIENT_INFO_FIELD_BYTES),
+            capabilities: params.capabilities.flags(),
             log_level: LogLevel::Info,
             subscriptions: Default::default(),
         };
         self.inner.sessions.create(record.clone()).await.map_err(|e| ErrorObject::internal(e.to_string()))?;
+        let record = Arc::new(record);
         let mut result = json!({
             "protocolVersion": version,
             "capabilities": {
@@ -93,7 +96,8 @@ impl Server {
         Ok((record, result))
     }
 
-    pub async fn session(&self, id: &SessionId) -> Result<SessionRecord, SessionLookupError> {
+    /// The session's record, shared with the store (no copy per request).
+    pub async fn session(&self, id: &SessionId) -> Result<Arc<SessionRecord>, SessionLookupError> {
         self.inner.sessions.get(id).await?.ok_or(SessionLookupError::NotFound)
     }
 

@@ -1,6 +1,5 @@
 //! Session state only this node has: the requests running here (for cancellation), the
-//! record they share, the standalone stream attached here, and a log level set here ahead of
-//! the replicated copy. Entries of sessions that ended by TTL are swept as new ones come.
+//! standalone stream attached here, and a log level set here ahead of the replicated copy. Entries of sessions that ended by TTL are swept as new ones come.
 
 use super::outbound::Outbound;
 use crate::metrics::Metrics;
@@ -15,9 +14,6 @@ use tokio_util::sync::CancellationToken;
 #[derive(Default)]
 pub(super) struct LocalSession {
     pub(super) running: Mutex<HashMap<RequestId, CancellationToken>>,
-    /// The record the requests running here share, so a parked call holds a pointer rather
-    /// than its own copy.
-    pub(super) record: Mutex<Option<Arc<SessionRecord>>>,
     /// The standalone stream (HTTP GET, or stdout for stdio), when one is attached.
     pub(super) notifier: Mutex<Option<Outbound>>,
     /// Log level set on this node, ahead of the store's copy.
@@ -28,16 +24,6 @@ impl LocalSession {
     /// The session's log level: set on this node, else the record's.
     pub(super) fn log_level(&self, record: &SessionRecord) -> LogLevel {
         self.log_level.lock().unwrap().unwrap_or(record.log_level)
-    }
-
-    /// The shared copy of `record`: the one already held when it is unchanged, else `record`
-    /// itself, which becomes the shared copy.
-    pub(super) fn share(&self, record: SessionRecord) -> Arc<SessionRecord> {
-        let mut shared = self.record.lock().unwrap();
-        match &*shared {
-            Some(current) if **current == record => current.clone(),
-            _ => shared.insert(Arc::new(record)).clone(),
-        }
     }
 }
 

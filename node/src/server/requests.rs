@@ -8,12 +8,15 @@ use super::outbound::{Outbound, Outgoing};
 use crate::protocol::jsonrpc::{Message, RequestId};
 use crate::session::{SessionId, SessionRecord};
 use serde_json::{Value, json};
+use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 impl Server {
     /// Start handling a request. Related messages and finally the response go to `out`; a
     /// cancelled request sends no response, and `out` is dropped either way.
-    pub fn spawn_request(&self, session: SessionRecord, id: RequestId, method: String, params: Option<Value>, out: Outbound) {
+    /// `session` is the store's shared record: the request (and a call parked for minutes)
+    /// holds a pointer to it, not a copy.
+    pub fn spawn_request(&self, session: Arc<SessionRecord>, id: RequestId, method: String, params: Option<Value>, out: Outbound) {
         let server = self.clone();
         let local = self.local(&session.id);
         let cancel = CancellationToken::new();
@@ -21,7 +24,7 @@ impl Server {
         let progress_token = params.as_ref().and_then(|p| p.pointer("/_meta/progressToken")).cloned();
         let ctx = RequestContext::new(RequestScope {
             rendezvous: self.inner.rendezvous.clone(),
-            session: local.share(session),
+            session,
             local: local.clone(),
             request_id: id.clone(),
             progress_token,

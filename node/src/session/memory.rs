@@ -2,13 +2,13 @@ use super::{SessionError, SessionId, SessionRecord, SessionStore};
 use crate::protocol::types::LogLevel;
 use async_trait::async_trait;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Sessions in one process's memory, expiring after `ttl` without use.
 pub struct InMemorySessionStore {
     ttl: Duration,
-    sessions: Mutex<HashMap<SessionId, (SessionRecord, Instant)>>,
+    sessions: Mutex<HashMap<SessionId, (Arc<SessionRecord>, Instant)>>,
 }
 
 impl InMemorySessionStore {
@@ -17,7 +17,7 @@ impl InMemorySessionStore {
     }
 
     /// Run `f` on the live record, refreshing its idle timer; expired records are dropped.
-    fn with_live<T>(&self, id: &SessionId, f: impl FnOnce(&mut SessionRecord) -> T) -> Option<T> {
+    fn with_live<T>(&self, id: &SessionId, f: impl FnOnce(&mut Arc<SessionRecord>) -> T) -> Option<T> {
         let mut sessions = self.sessions.lock().unwrap();
         let now = Instant::now();
         match sessions.get_mut(id) {
@@ -43,21 +43,23 @@ impl SessionStore for InMemorySessionStore {
         if sessions.len() % 256 == 255 {
             sessions.retain(|_, (_, seen)| now.duration_since(*seen) < self.ttl);
         }
-        sessions.insert(record.id.clone(), (record, now));
+        sessions.insert(record.id.clone(), (Arc::new(record), now));
         Ok(())
     }
 
-    async fn get(&self, id: &SessionId) -> Result<Option<SessionRecord>, SessionError> {
+    async fn get(&self, id: &SessionId) -> Result<Option<Arc<SessionRecord>>, SessionError> {
         Ok(self.with_live(id, |r| r.clone()))
     }
 
+    // Changes copy the record when requests still hold the old one (they keep what they read).
     async fn set_log_level(&self, id: &SessionId, level: LogLevel) -> Result<bool, SessionError> {
-        Ok(self.with_live(id, |r| r.log_level = level).is_some())
+        Ok(self.with_live(id, |r| Arc::make_mut(r).log_level = level).is_some())
     }
 
     async fn set_subscription(&self, id: &SessionId, uri: &str, subscribed: bool) -> Result<bool, SessionError> {
         Ok(self
             .with_live(id, |r| {
+                let r = Arc::make_mut(r);
                 if subscribed {
                     r.subscriptions.insert(uri.to_string());
                 } else {
@@ -69,5 +71,34 @@ impl SessionStore for InMemorySessionStore {
 
     async fn delete(&self, id: &SessionId) -> Result<bool, SessionError> {
         Ok(self.sessions.lock().unwrap().remove(id).is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::types::{CapabilityFlags, Implementation, ProtocolVersion};
+
+    fn record(id: &str) -> SessionRecord {
+        SessionRecord {
+            id: SessionId(id.into()),
+            protocol_version: ProtocolVersion::V2025_11_25,
+            client_info: Implementation { name: "c".into(), version: "1".into(), title: None },
+            capabilities: CapabilityFlags::default(),
+            log_level: LogLevel::Info,
+            subscriptions: Default::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn reads_share_the_record_and_a_change_leaves_readers_their_copy() {
+        let store = InMemorySessionStore::new(Duration::from_secs(60));
+        let id = SessionId("s".into());
+        store.create(record("s")).await.unwrap();
+        let (a, b) = (store.get(&id).await.unwrap().unwrap(), store.get(&id).await.unwrap().unwrap());
+        assert!(Arc::ptr_eq(&a, &b), "no copy per read");
+        assert!(store.set_log_level(&id, LogLevel::Error).await.unwrap());
+        assert_eq!(a.log_level, LogLevel::Info, "a request keeps the record it read");
+        assert_eq!(store.get(&id).await.unwrap().unwrap().log_level, LogLevel::Error);
     }
 }

@@ -8,9 +8,10 @@ mod memory;
 
 pub use memory::InMemorySessionStore;
 
-use crate::protocol::types::{ClientCapabilities, Implementation, LogLevel, ProtocolVersion};
+use crate::protocol::types::{CapabilityFlags, Implementation, LogLevel, ProtocolVersion};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// An `Mcp-Session-Id`: 256 random bits, hex encoded (visible ASCII, as the spec requires).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -32,13 +33,17 @@ impl std::fmt::Display for SessionId {
     }
 }
 
-/// What every node must know about a session.
+/// What every node must know about a session, and no more: it is replicated to every node
+/// and kept for the session's life, so nothing in it may grow with what a client sends.
+/// Stores hand it out behind an [`Arc`]: a request holds a pointer, never a copy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionRecord {
     pub id: SessionId,
     pub protocol_version: ProtocolVersion,
+    /// Each field at most [`crate::protocol::types::MAX_CLIENT_INFO_FIELD_BYTES`].
     pub client_info: Implementation,
-    pub capabilities: ClientCapabilities,
+    /// The capabilities the server asks about, not the client's whole declaration.
+    pub capabilities: CapabilityFlags,
     pub log_level: LogLevel,
     /// Resource URIs the client subscribed to (`resources/subscribe`).
     #[serde(default)]
@@ -55,8 +60,9 @@ pub enum SessionError {
 pub trait SessionStore: Send + Sync + 'static {
     /// Store a new session. Once this returns, `get` finds it on every node.
     async fn create(&self, record: SessionRecord) -> Result<(), SessionError>;
-    /// The live session with this id, if any (expired and deleted sessions are `None`).
-    async fn get(&self, id: &SessionId) -> Result<Option<SessionRecord>, SessionError>;
+    /// The live session with this id, if any (expired and deleted sessions are `None`): the
+    /// store's own shared copy, not a clone.
+    async fn get(&self, id: &SessionId) -> Result<Option<Arc<SessionRecord>>, SessionError>;
     /// Set the minimum level of `notifications/message`. `false` when the session is unknown.
     async fn set_log_level(&self, id: &SessionId, level: LogLevel) -> Result<bool, SessionError>;
     /// Subscribe to (or unsubscribe from) updates of `uri`. `false` when the session is unknown.

@@ -199,7 +199,7 @@ fn check_protocol_version(headers: &HeaderMap) -> Result<(), Response> {
 }
 
 /// The session a request names: 400 without the header, 404 when unknown or terminated.
-async fn require_session(state: &HttpState, headers: &HeaderMap) -> Result<SessionRecord, Response> {
+async fn require_session(state: &HttpState, headers: &HeaderMap) -> Result<Arc<SessionRecord>, Response> {
     let Some(id) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
         return Err(http_error(StatusCode::BAD_REQUEST, "Bad Request: Mcp-Session-Id header is required"));
     };

@@ -3,6 +3,7 @@
 use crate::protocol::jsonrpc::{self, ErrorObject, INVALID_REQUEST, Message};
 use crate::server::{Outbound, Outgoing, Server};
 use crate::session::SessionRecord;
+use std::sync::Arc;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -28,7 +29,7 @@ pub async fn run(
     let send = |message: Message| {
         let _ = out.send(Outgoing::Message(Box::new(message)));
     };
-    let mut session: Option<SessionRecord> = None;
+    let mut session: Option<Arc<SessionRecord>> = None;
     let mut lines = input.lines();
     while let Some(line) = lines.next_line().await? {
         if line.trim().is_empty() {

@@ -1,0 +1,92 @@
+//! What a client can make the cluster hold is bounded: session records, subscriptions, sessions.
+//! MCP servers on Raft members over real HTTP; what the replicas hold is read from their state
+//! machines and from the admin API on the peer port.
+
+mod common;
+
+use common::RawClient;
+use common::cluster::{McpServerFor, SECRET, TestCluster};
+use serde_json::{Value, json};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use switchboard_node::cluster::ClusterStores;
+use switchboard_node::peer::{PeerClient, routes};
+use switchboard_node::protocol::types::{CapabilityFlags, MAX_CLIENT_INFO_FIELD_BYTES};
+use switchboard_node::raft::ClusterStatus;
+use switchboard_node::raft::types::encode;
+use switchboard_node::server::ServerConfig;
+use switchboard_node::server::correlation::IdSealer;
+use switchboard_node::session::SessionId;
+use switchboard_node::transport::http;
+
+struct McpCluster {
+    raft: TestCluster,
+    urls: Vec<String>,
+}
+
+/// `n` members serving MCP with `config`, each on its own loopback port.
+async fn start(n: usize, config: ServerConfig) -> McpCluster {
+    let sealer = Arc::new(IdSealer::random());
+    let build: McpServerFor = Arc::new(move |i, stores: ClusterStores| {
+        common::builder(ServerConfig { node_id: i as u64, ..config.clone() })
+            .id_sealer(sealer.clone())
+            .cluster(stores.link)
+            .build(stores.mailbox, stores.sessions)
+    });
+    let raft = TestCluster::start_with_mcp(n, build).await;
+    let mut urls = Vec::new();
+    for member in raft.members.iter().map(|m| m.as_ref().unwrap()) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr: SocketAddr = listener.local_addr().unwrap();
+        tokio::spawn(http::serve(listener, member.mcp_router().unwrap(), std::future::pending()));
+        urls.push(format!("http://{addr}/mcp"));
+    }
+    McpCluster { raft, urls }
+}
+
+impl McpCluster {
+    /// Member `i`'s cluster status, asked over its peer port (the admin API).
+    async fn status(&self, i: usize) -> ClusterStatus {
+        let peer = self.raft.members[i].as_ref().unwrap().peer_addr.to_string();
+        PeerClient::new(SECRET.into(), None, None).admin::<ClusterStatus>(&peer, routes::STATUS, None).await.unwrap()
+    }
+
+    /// The encoded size of member `i`'s replicated state (what a snapshot of it holds).
+    fn state_bytes(&self, i: usize) -> usize {
+        self.raft.node(i).sm.read(|sm| encode(sm).len())
+    }
+}
+
+fn initialize_body(capabilities: Value, client_info: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": client_info}})
+    .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_record_keeps_the_capability_flags_not_the_declaration() {
+    let mut cluster = start(3, ServerConfig::default()).await;
+    let before: Vec<usize> = (0..3).map(|i| cluster.state_bytes(i)).collect();
+    let client = RawClient::new(&cluster.urls[1]);
+    // A 1 MB capabilities object and a 10 KB client name: accepted, and kept as flags.
+    let capabilities = json!({"elicitation": {}, "roots": {"listChanged": true}, "experimental": {"blob": "x".repeat(1_000_000)}});
+    let client_info = json!({"name": "n".repeat(10_000), "version": "1", "title": "é".repeat(1_000), "description": "d".repeat(10_000)});
+    let res = client.post(initialize_body(capabilities, client_info)).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    let id = SessionId(res.headers()["mcp-session-id"].to_str().unwrap().to_string());
+    assert!(res.json::<Value>().await.unwrap()["result"].is_object());
+    for i in 0..3 {
+        cluster.raft.node(i).linearize().await.unwrap();
+        let record = cluster.raft.node(i).sm.read(|sm| sm.session(&id).map(|s| s.record.clone())).expect("replicated");
+        assert_eq!(
+            record.capabilities,
+            CapabilityFlags { elicitation_form: true, roots: true, roots_list_changed: true, ..Default::default() }
+        );
+        assert_eq!(record.client_info.name.len(), MAX_CLIENT_INFO_FIELD_BYTES);
+        assert!(record.client_info.title.as_ref().unwrap().len() <= MAX_CLIENT_INFO_FIELD_BYTES);
+        let grown = cluster.state_bytes(i) - before[i];
+        assert!(grown < 2_000, "node {i}: one session grew the replicated state by {grown} bytes");
+    }
+    assert_eq!(cluster.status(0).await.sessions, 1);
+    cluster.raft.stop_all().await;
+}
