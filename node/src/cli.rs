@@ -127,6 +127,10 @@ pub struct CommonArgs {
     /// Items per page in list results.
     #[arg(long, env = env::PAGE_SIZE, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub page_size: u32,
+    /// The most a session may make every replica hold, in bytes: `initialize` params larger
+    /// than this are refused (-32602).
+    #[arg(long, env = env::MAX_SESSION_RECORD_BYTES, default_value_t = 64 * 1024, value_parser = clap::value_parser!(u64).range(1024..))]
+    pub max_session_record_bytes: u64,
     /// Log format on stderr.
     #[arg(long, env = env::LOG_FORMAT, value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -267,6 +271,7 @@ fn server_builder(common: &CommonArgs, node_id: u64, sealer: Arc<IdSealer>) -> S
         elicitation_timeout: common.elicitation_timeout,
         sampling_timeout: common.sampling_timeout,
         page_size: common.page_size as usize,
+        max_session_record_bytes: common.max_session_record_bytes as usize,
         ..Default::default()
     };
     common.tools.register(ServerBuilder::new("switchboard", env!("CARGO_PKG_VERSION")).config(config).id_sealer(sealer))

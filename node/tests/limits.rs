@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use switchboard_node::cluster::ClusterStores;
 use switchboard_node::peer::{PeerClient, routes};
+use switchboard_node::protocol::jsonrpc::INVALID_PARAMS;
 use switchboard_node::protocol::types::{CapabilityFlags, MAX_CLIENT_INFO_FIELD_BYTES};
 use switchboard_node::raft::ClusterStatus;
 use switchboard_node::raft::types::encode;
@@ -51,6 +52,11 @@ impl McpCluster {
         PeerClient::new(SECRET.into(), None, None).admin::<ClusterStatus>(&peer, routes::STATUS, None).await.unwrap()
     }
 
+    /// The MCP server of member `i`.
+    fn server(&self, i: usize) -> &switchboard_node::Server {
+        self.raft.members[i].as_ref().unwrap().server().unwrap()
+    }
+
     /// The encoded size of member `i`'s replicated state (what a snapshot of it holds).
     fn state_bytes(&self, i: usize) -> usize {
         self.raft.node(i).sm.read(|sm| encode(sm).len())
@@ -64,8 +70,44 @@ fn initialize_body(capabilities: Value, client_info: Value) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_session_record_keeps_the_capability_flags_not_the_declaration() {
+async fn an_initialize_over_the_record_limit_is_refused_and_stores_nothing() {
     let mut cluster = start(3, ServerConfig::default()).await;
+    let mut first = RawClient::new(&cluster.urls[0]);
+    first.initialize().await;
+    let before = cluster.status(0).await;
+    assert_eq!(before.sessions, 1);
+    // ~4 MB of params (under the 4 MiB body limit): refused as params, not as a body.
+    let huge = initialize_body(json!({"experimental": {"blob": "x".repeat(3_900_000)}}), json!({"name": "big", "version": "1"}));
+    let res = RawClient::new(&cluster.urls[1]).post(huge).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert!(res.headers().get("mcp-session-id").is_none(), "no session was made");
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["id"], 0);
+    assert_eq!(body["error"]["code"], INVALID_PARAMS);
+    assert!(body["error"]["message"].as_str().unwrap().contains("--max-session-record-bytes"), "{body}");
+    assert_eq!(body["error"]["data"], json!({"limit": "session_record_bytes", "max": 65536}));
+    for i in 0..3 {
+        cluster.raft.node(i).linearize().await.unwrap();
+        let status = cluster.status(i).await;
+        assert_eq!(status.sessions, 1, "node {i} holds no new session");
+        assert_eq!(status.last_log_index, before.last_log_index, "node {i}: nothing was written");
+    }
+    assert_eq!(cluster.server(1).metrics().limit_refused_count("session_record_bytes"), 1);
+    // Just over the limit is refused too; under it is a session.
+    let over = initialize_body(json!({"experimental": {"blob": "x".repeat(64 * 1024)}}), json!({"name": "c", "version": "1"}));
+    let res = RawClient::new(&cluster.urls[2]).post(over).send().await.unwrap();
+    assert_eq!(res.json::<Value>().await.unwrap()["error"]["code"], INVALID_PARAMS);
+    let under = initialize_body(json!({"experimental": {"blob": "x".repeat(60 * 1024)}}), json!({"name": "c", "version": "1"}));
+    let res = RawClient::new(&cluster.urls[2]).post(under).send().await.unwrap();
+    assert!(res.headers().get("mcp-session-id").is_some());
+    assert_eq!(cluster.status(2).await.sessions, 2);
+    cluster.raft.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_record_keeps_the_capability_flags_not_the_declaration() {
+    // A limit above the declaration below, so that what is stored is what is measured.
+    let mut cluster = start(3, ServerConfig { max_session_record_bytes: 2 << 20, ..Default::default() }).await;
     let before: Vec<usize> = (0..3).map(|i| cluster.state_bytes(i)).collect();
     let client = RawClient::new(&cluster.urls[1]);
     // A 1 MB capabilities object and a 10 KB client name: accepted, and kept as flags.

@@ -17,6 +17,9 @@ pub const INTERNAL_ERROR: i64 = -32603;
 pub const RESOURCE_NOT_FOUND: i64 = -32002;
 /// MCP (2025-11-25): the tool needs a URL-mode elicitation to complete first.
 pub const URL_ELICITATION_REQUIRED: i64 = -32042;
+/// Server error range: a configured limit refused the request (nothing ran, nothing was
+/// stored); `data` names it: `{"limit": "requests_per_session", "max": 64}`.
+pub const LIMIT_REACHED: i64 = -32000;
 
 /// Maximum depth of nested arrays/objects accepted in one message. Deeper documents are refused
 /// before they are materialised, so a hostile body can't exhaust the stack.
@@ -252,6 +255,22 @@ pub fn message_from_value(value: Value) -> Result<Message, FramingError> {
     }
 }
 
+/// Whether `value` encodes to more than `limit` bytes of JSON. Counts without building the
+/// text, and stops at the limit (a 4 MB value costs no more than a `limit`-sized one).
+pub fn encodes_longer_than(value: &Value, limit: usize) -> bool {
+    struct Budget(usize);
+    impl std::io::Write for Budget {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 = self.0.checked_sub(buf.len()).ok_or_else(|| std::io::Error::other("over the limit"))?;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    serde_json::to_writer(Budget(limit), value).is_err()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -316,5 +335,14 @@ mod tests {
         assert_eq!(parse_message(msg.to_json().as_bytes()).unwrap(), msg);
         let err = Message::error(None, ErrorObject::new(PARSE_ERROR, "bad"));
         assert_eq!(err.to_value()["id"], Value::Null);
+    }
+
+    #[test]
+    fn encoded_length_is_compared_with_the_limit() {
+        let value = json!({"a": "x".repeat(100)});
+        let len = value.to_string().len();
+        assert!(!encodes_longer_than(&value, len));
+        assert!(encodes_longer_than(&value, len - 1));
+        assert!(!encodes_longer_than(&Value::Null, 4));
     }
 }

@@ -12,6 +12,9 @@ pub struct ServerConfig {
     pub page_size: usize,
     /// How often idle node-local session entries are dropped.
     pub local_sweep_interval: Duration,
+    /// The most a session may make every replica hold: `initialize` params larger than this
+    /// (as JSON) are refused with -32602.
+    pub max_session_record_bytes: usize,
 }
 
 impl Default for ServerConfig {
@@ -22,6 +25,7 @@ impl Default for ServerConfig {
             sampling_timeout: Duration::from_secs(600),
             page_size: 100,
             local_sweep_interval: Duration::from_secs(30),
+            max_session_record_bytes: 64 * 1024,
         }
     }
 }

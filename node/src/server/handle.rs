@@ -11,7 +11,7 @@ use super::outbound::Outbound;
 use super::rendezvous::Rendezvous;
 use crate::mailbox::Mailbox;
 use crate::metrics::Metrics;
-use crate::protocol::jsonrpc::ErrorObject;
+use crate::protocol::jsonrpc::{ErrorObject, encodes_longer_than};
 use crate::protocol::types::{Implementation, InitializeParams, LogLevel, MAX_CLIENT_INFO_FIELD_BYTES, ProtocolVersion};
 use crate::session::{SessionError, SessionId, SessionRecord, SessionStore};
 use serde_json::{Value, json};
@@ -32,6 +32,30 @@ pub(super) struct Inner {
 #[derive(Clone)]
 pub struct Server {
     pub(super) inner: Arc<Inner>,
+}
+
+/// Why `initialize` created no session. Nothing was stored in any case.
+#[derive(Debug, thiserror::Error)]
+pub enum InitializeError {
+    #[error("invalid initialize params: {0}")]
+    InvalidParams(String),
+    #[error("initialize params exceed {limit} bytes, the most a session may hold (--max-session-record-bytes)")]
+    RecordTooLarge { limit: usize },
+    #[error(transparent)]
+    Store(#[from] SessionError),
+}
+
+impl InitializeError {
+    /// The JSON-RPC error the client gets.
+    pub fn to_error_object(&self) -> ErrorObject {
+        match self {
+            InitializeError::InvalidParams(_) => ErrorObject::invalid_params(self.to_string()),
+            InitializeError::RecordTooLarge { limit } => {
+                ErrorObject::invalid_params(self.to_string()).with_data(json!({"limit": "session_record_bytes", "max": limit}))
+            }
+            InitializeError::Store(_) => ErrorObject::internal(self.to_string()),
+        }
+    }
 }
 
 /// Why a message could not be handled at the session level (mapped to HTTP statuses by the
@@ -63,10 +87,17 @@ impl Server {
 
     /// Answer `initialize`: negotiate the version, store the session, return its record and result.
     /// The record keeps only what the server reads of the params: the capability flags and
-    /// the client info cut to [`MAX_CLIENT_INFO_FIELD_BYTES`] per field.
-    pub async fn initialize(&self, params: Option<Value>) -> Result<(Arc<SessionRecord>, Value), ErrorObject> {
-        let params: InitializeParams = serde_json::from_value(params.unwrap_or(Value::Null))
-            .map_err(|e| ErrorObject::invalid_params(format!("invalid initialize params: {e}")))?;
+    /// the client info cut to [`MAX_CLIENT_INFO_FIELD_BYTES`] per field. Params larger than
+    /// `max_session_record_bytes` are refused before anything is stored.
+    pub async fn initialize(&self, params: Option<Value>) -> Result<(Arc<SessionRecord>, Value), InitializeError> {
+        let params = params.unwrap_or(Value::Null);
+        let limit = self.inner.config.max_session_record_bytes;
+        if encodes_longer_than(&params, limit) {
+            self.metrics().limit_refused("session_record_bytes");
+            tracing::debug!(limit, "initialize refused: params over the session record limit");
+            return Err(InitializeError::RecordTooLarge { limit });
+        }
+        let params: InitializeParams = serde_json::from_value(params).map_err(|e| InitializeError::InvalidParams(e.to_string()))?;
         let version = ProtocolVersion::negotiate(&params.protocol_version);
         let record = SessionRecord {
             id: SessionId::random(),
@@ -76,7 +107,7 @@ impl Server {
             log_level: LogLevel::Info,
             subscriptions: Default::default(),
         };
-        self.inner.sessions.create(record.clone()).await.map_err(|e| ErrorObject::internal(e.to_string()))?;
+        self.inner.sessions.create(record.clone()).await?;
         let record = Arc::new(record);
         let mut result = json!({
             "protocolVersion": version,

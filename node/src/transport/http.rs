@@ -247,7 +247,7 @@ async fn post(State(state): State<Shared>, headers: HeaderMap, body: Result<Byte
                 response.headers_mut().insert(SESSION_HEADER, value);
                 response
             }
-            Err(error) => json_body(StatusCode::OK, &Message::error(Some(id.clone()), error)),
+            Err(error) => json_body(StatusCode::OK, &Message::error(Some(id.clone()), error.to_error_object())),
         };
     }
     let session = match require_session(&state, &headers).await {

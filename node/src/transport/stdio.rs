@@ -49,7 +49,7 @@ pub async fn run(
                     session = Some(record);
                     send(Message::response(id, result));
                 }
-                Err(error) => send(Message::error(Some(id), error)),
+                Err(error) => send(Message::error(Some(id), error.to_error_object())),
             },
             (Message::Request { id, method, params }, Some(s)) => server.spawn_request(s.clone(), id, method, params, out.clone()),
             (Message::Request { id, .. }, None) => {
