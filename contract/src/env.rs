@@ -14,6 +14,8 @@ pub const SESSION_TTL: &str = "SWITCHBOARD_SESSION_TTL";
 pub const PAGE_SIZE: &str = "SWITCHBOARD_PAGE_SIZE";
 /// `--max-session-record-bytes`: the most a session may make every replica hold (initialize params).
 pub const MAX_SESSION_RECORD_BYTES: &str = "SWITCHBOARD_MAX_SESSION_RECORD_BYTES";
+/// `--max-subscriptions-per-session`: resources one session may subscribe to.
+pub const MAX_SUBSCRIPTIONS_PER_SESSION: &str = "SWITCHBOARD_MAX_SUBSCRIPTIONS_PER_SESSION";
 /// `--log-format`: `text` or `json` on stderr.
 pub const LOG_FORMAT: &str = "SWITCHBOARD_LOG_FORMAT";
 /// `--node-id`: the Raft node id (default: the hostname's ordinal).
@@ -60,6 +62,7 @@ pub const SERVE: &[&str] = &[
     SESSION_TTL,
     PAGE_SIZE,
     MAX_SESSION_RECORD_BYTES,
+    MAX_SUBSCRIPTIONS_PER_SESSION,
     LOG_FORMAT,
     NODE_ID,
     LISTEN,
@@ -89,7 +92,7 @@ mod tests {
     fn serve_lists_each_flag_once_with_the_prefix() {
         let unique: BTreeSet<&str> = SERVE.iter().copied().collect();
         assert_eq!(unique.len(), SERVE.len(), "a name is listed twice");
-        assert_eq!(SERVE.len(), 23);
+        assert_eq!(SERVE.len(), 24);
         for name in SERVE {
             assert!(name.starts_with("SWITCHBOARD_") && name[12..].chars().all(|c| c.is_ascii_uppercase() || c == '_'), "{name}");
         }

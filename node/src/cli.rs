@@ -131,6 +131,9 @@ pub struct CommonArgs {
     /// than this are refused (-32602).
     #[arg(long, env = env::MAX_SESSION_RECORD_BYTES, default_value_t = 64 * 1024, value_parser = clap::value_parser!(u64).range(1024..))]
     pub max_session_record_bytes: u64,
+    /// Resources one session may subscribe to.
+    #[arg(long, env = env::MAX_SUBSCRIPTIONS_PER_SESSION, default_value_t = 100)]
+    pub max_subscriptions_per_session: usize,
     /// Log format on stderr.
     #[arg(long, env = env::LOG_FORMAT, value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -272,6 +275,7 @@ fn server_builder(common: &CommonArgs, node_id: u64, sealer: Arc<IdSealer>) -> S
         sampling_timeout: common.sampling_timeout,
         page_size: common.page_size as usize,
         max_session_record_bytes: common.max_session_record_bytes as usize,
+        max_subscriptions_per_session: common.max_subscriptions_per_session,
         ..Default::default()
     };
     common.tools.register(ServerBuilder::new("switchboard", env!("CARGO_PKG_VERSION")).config(config).id_sealer(sealer))

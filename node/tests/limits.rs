@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use switchboard_node::cluster::ClusterStores;
 use switchboard_node::peer::{PeerClient, routes};
-use switchboard_node::protocol::jsonrpc::INVALID_PARAMS;
+use switchboard_node::protocol::jsonrpc::{INVALID_PARAMS, LIMIT_REACHED};
 use switchboard_node::protocol::types::{CapabilityFlags, MAX_CLIENT_INFO_FIELD_BYTES};
 use switchboard_node::raft::ClusterStatus;
 use switchboard_node::raft::types::encode;
@@ -130,5 +130,69 @@ async fn a_session_record_keeps_the_capability_flags_not_the_declaration() {
         assert!(grown < 2_000, "node {i}: one session grew the replicated state by {grown} bytes");
     }
     assert_eq!(cluster.status(0).await.sessions, 1);
+    cluster.raft.stop_all().await;
+}
+
+/// The same session, talking to node `i`.
+fn on(client: &RawClient, cluster: &McpCluster, i: usize) -> RawClient {
+    RawClient { http: client.http.clone(), url: cluster.urls[i].clone(), session: client.session.clone() }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_need_an_offered_uri_and_stop_at_the_limit() {
+    let mut cluster = start(3, ServerConfig::default()).await;
+    let mut client = RawClient::new(&cluster.urls[0]);
+    client.initialize().await;
+    let id = SessionId(client.session.clone().unwrap());
+    let subscriptions =
+        |cluster: &McpCluster, i: usize| cluster.raft.node(i).sm.read(|sm| sm.session(&id).unwrap().record.subscriptions.len());
+    // A URI no resource or template offers: refused, nothing stored.
+    let reply = client.call(1, "resources/subscribe", json!({"uri": "test://no-such-resource"})).await;
+    assert_eq!(reply["error"]["code"], INVALID_PARAMS, "{reply}");
+    assert_eq!(subscriptions(&cluster, 0), 0);
+    // 100 subscriptions, spread over the replicas, to a resource and the template's URIs.
+    let reply = client.call(2, "resources/subscribe", json!({"uri": "test://watched-resource"})).await;
+    assert_eq!(reply["result"], json!({}), "{reply}");
+    for n in 1..100 {
+        let uri = format!("test://template/{n}/data");
+        let reply = on(&client, &cluster, n % 3).call(10 + n as i64, "resources/subscribe", json!({"uri": uri})).await;
+        assert_eq!(reply["result"], json!({}), "subscription {n}: {reply}");
+    }
+    // The 101st is refused wherever it is sent; re-subscribing to a held URI is not a new one.
+    for i in 0..3 {
+        let reply = on(&client, &cluster, i).call(200, "resources/subscribe", json!({"uri": "test://template/101/data"})).await;
+        assert_eq!(reply["error"]["code"], LIMIT_REACHED, "node {i}: {reply}");
+        assert_eq!(reply["error"]["data"], json!({"limit": "subscriptions_per_session", "max": 100}));
+        assert!(reply["error"]["message"].as_str().unwrap().contains("--max-subscriptions-per-session"));
+        cluster.raft.node(i).linearize().await.unwrap();
+        assert_eq!(subscriptions(&cluster, i), 100, "node {i}");
+    }
+    let reply = client.call(201, "resources/subscribe", json!({"uri": "test://template/7/data"})).await;
+    assert_eq!(reply["result"], json!({}), "{reply}");
+    assert_eq!(cluster.server(0).metrics().limit_refused_count("subscriptions_per_session"), 1);
+    // Unsubscribing makes room.
+    client.call(202, "resources/unsubscribe", json!({"uri": "test://template/7/data"})).await;
+    let reply = client.call(203, "resources/subscribe", json!({"uri": "test://template/101/data"})).await;
+    assert_eq!(reply["result"], json!({}), "{reply}");
+    cluster.raft.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribed_uris_together_stay_within_the_record_limit() {
+    let mut cluster = start(1, ServerConfig { max_session_record_bytes: 4096, ..Default::default() }).await;
+    let mut client = RawClient::new(&cluster.urls[0]);
+    client.initialize().await;
+    // A template's variable can take any length, so a client can make long URIs that match.
+    let uri = |n: usize, len: usize| format!("test://template/{n}{}/data", "x".repeat(len));
+    let reply = client.call(1, "resources/subscribe", json!({"uri": uri(1, 5000)})).await;
+    assert_eq!(reply["error"]["code"], INVALID_PARAMS, "longer than the whole budget: {reply}");
+    for n in 0..3 {
+        let reply = client.call(2 + n as i64, "resources/subscribe", json!({"uri": uri(n, 1200)})).await;
+        assert_eq!(reply["result"], json!({}), "{reply}");
+    }
+    let reply = client.call(9, "resources/subscribe", json!({"uri": uri(9, 1200)})).await;
+    assert_eq!(reply["error"]["code"], INVALID_PARAMS, "{reply}");
+    assert_eq!(reply["error"]["data"], json!({"limit": "session_record_bytes", "max": 4096}));
+    assert_eq!(cluster.server(0).metrics().limit_refused_count("session_record_bytes"), 2);
     cluster.raft.stop_all().await;
 }

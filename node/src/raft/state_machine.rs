@@ -4,7 +4,7 @@
 
 use crate::mailbox::{CreateOutcome, DeliverOutcome, MailboxKey, NodeId, SessionTag};
 use crate::protocol::types::LogLevel;
-use crate::session::{SessionId, SessionRecord};
+use crate::session::{LimitReached, SessionId, SessionRecord, SubscriptionLimits};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -55,10 +55,12 @@ pub enum Command {
         id: SessionId,
         level: LogLevel,
     },
+    /// Subscribing is refused (nothing changes) if it would break `limits`.
     SessionSubscribe {
         id: SessionId,
         uri: String,
         subscribed: bool,
+        limits: SubscriptionLimits,
     },
     /// Push a session's expiry out to `now + ttl`.
     SessionTouch {
@@ -129,6 +131,8 @@ pub enum Response {
     Delivered(DeliverOutcome),
     /// Whether the session existed.
     Session(bool),
+    /// Not applied: it would have broken this limit.
+    Refused(LimitReached),
 }
 
 /// A change waiters on some node may be parked on.
@@ -318,16 +322,21 @@ impl StateMachine {
                 }
                 None => Response::Session(false),
             },
-            Command::SessionSubscribe { id, uri, subscribed } => match self.sessions.get_mut(id) {
-                Some(session) => {
-                    let record = Arc::make_mut(&mut session.record);
-                    if *subscribed {
-                        record.subscriptions.insert(uri.clone());
-                    } else {
-                        record.subscriptions.remove(uri);
+            Command::SessionSubscribe { id, uri, subscribed, limits } => match self.sessions.get_mut(id) {
+                Some(session) if !*subscribed => {
+                    if session.record.subscriptions.contains(uri) {
+                        Arc::make_mut(&mut session.record).subscriptions.remove(uri);
                     }
                     Response::Session(true)
                 }
+                Some(session) => match session.record.check_subscribe(uri, *limits) {
+                    Ok(true) => {
+                        Arc::make_mut(&mut session.record).subscriptions.insert(uri.clone());
+                        Response::Session(true)
+                    }
+                    Ok(false) => Response::Session(true),
+                    Err(limit) => Response::Refused(limit),
+                },
                 None => Response::Session(false),
             },
             Command::SessionTouch { id } => match self.sessions.get_mut(id) {
@@ -529,7 +538,8 @@ mod tests {
         assert!(sm.session(&id).is_some(), "touched at 1090, lives to 1190");
         assert_eq!(sm.apply(&req(1160, Command::SessionSetLogLevel { id: id.clone(), level: LogLevel::Debug })).0, Response::Session(true));
         assert_eq!(sm.session(&id).unwrap().record.log_level, LogLevel::Debug);
-        let subscribe = |on| Command::SessionSubscribe { id: id.clone(), uri: "test://r".into(), subscribed: on };
+        let limits = SubscriptionLimits { max_count: 10, max_bytes: 1000 };
+        let subscribe = |on| Command::SessionSubscribe { id: id.clone(), uri: "test://r".into(), subscribed: on, limits };
         sm.apply(&req(1161, subscribe(true)));
         assert!(sm.session(&id).unwrap().record.subscriptions.contains("test://r"));
         sm.apply(&req(1162, subscribe(false)));
@@ -538,6 +548,25 @@ mod tests {
         assert!(sm.session(&id).is_none());
         assert_eq!(sm.apply(&req(1200, Command::SessionTouch { id: id.clone() })).0, Response::Session(false));
         assert_eq!(sm.apply(&req(1200, Command::SessionDelete { id })).0, Response::Session(false));
+    }
+
+    #[test]
+    fn subscriptions_stop_at_their_limits_and_a_refusal_changes_nothing() {
+        let mut sm = StateMachine::default();
+        let id = SessionId("s".into());
+        sm.apply(&req(1000, Command::SessionCreate { record: session("s"), ttl_ms: 60_000 }));
+        let limits = SubscriptionLimits { max_count: 2, max_bytes: 20 };
+        let subscribe = |uri: &str| Command::SessionSubscribe { id: id.clone(), uri: uri.into(), subscribed: true, limits };
+        assert_eq!(sm.apply(&req(1001, subscribe("test://a"))).0, Response::Session(true));
+        assert_eq!(sm.apply(&req(1002, subscribe("test://a"))).0, Response::Session(true), "again: no new subscription");
+        assert_eq!(sm.apply(&req(1003, subscribe("test://bbbbbbbbbbbbb"))).0, Response::Refused(LimitReached::SubscriptionBytes(20)));
+        assert_eq!(sm.apply(&req(1004, subscribe("test://b"))).0, Response::Session(true));
+        let before = sm.clone();
+        assert_eq!(sm.apply(&req(1005, subscribe("test://c"))).0, Response::Refused(LimitReached::Subscriptions(2)));
+        assert_eq!(sm.session(&id), before.session(&id), "a refused subscribe changes nothing");
+        let unsubscribe = Command::SessionSubscribe { id: id.clone(), uri: "test://a".into(), subscribed: false, limits };
+        sm.apply(&req(1006, unsubscribe));
+        assert_eq!(sm.apply(&req(1007, subscribe("test://c"))).0, Response::Session(true), "room again after an unsubscribe");
     }
 
     #[test]

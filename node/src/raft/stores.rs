@@ -7,7 +7,7 @@ use super::state_machine::{Command, JsonText, Millis, Response};
 use crate::clock::now_ms;
 use crate::mailbox::{CreateOutcome, DeliverOutcome, Mailbox, MailboxError, MailboxKey, NodeId, SessionTag, WaitOutcome, check_ttl};
 use crate::protocol::types::LogLevel;
-use crate::session::{SessionError, SessionId, SessionRecord, SessionStore};
+use crate::session::{SessionError, SessionId, SessionRecord, SessionStore, SubscriptionLimits};
 use async_trait::async_trait;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
@@ -150,10 +150,19 @@ impl SessionStore for RaftSessions {
         Ok(response == Response::Session(true))
     }
 
-    async fn set_subscription(&self, id: &SessionId, uri: &str, subscribed: bool) -> Result<bool, SessionError> {
-        let command = Command::SessionSubscribe { id: id.clone(), uri: uri.to_string(), subscribed };
-        let (response, _) = self.node.propose(command).await?;
-        Ok(response == Response::Session(true))
+    async fn set_subscription(
+        &self,
+        id: &SessionId,
+        uri: &str,
+        subscribed: bool,
+        limits: SubscriptionLimits,
+    ) -> Result<bool, SessionError> {
+        let command = Command::SessionSubscribe { id: id.clone(), uri: uri.to_string(), subscribed, limits };
+        match self.node.propose(command).await?.0 {
+            Response::Session(known) => Ok(known),
+            Response::Refused(limit) => Err(limit.into()),
+            other => Err(SessionError::Unavailable(format!("unexpected reply to subscribe: {other:?}").into())),
+        }
     }
 
     async fn delete(&self, id: &SessionId) -> Result<bool, SessionError> {

@@ -14,7 +14,10 @@ pub struct ServerConfig {
     pub local_sweep_interval: Duration,
     /// The most a session may make every replica hold: `initialize` params larger than this
     /// (as JSON) are refused with -32602.
+    /// Also the most the URIs a session subscribes to may take together.
     pub max_session_record_bytes: usize,
+    /// Resources one session may subscribe to.
+    pub max_subscriptions_per_session: usize,
 }
 
 impl Default for ServerConfig {
@@ -26,6 +29,7 @@ impl Default for ServerConfig {
             page_size: 100,
             local_sweep_interval: Duration::from_secs(30),
             max_session_record_bytes: 64 * 1024,
+            max_subscriptions_per_session: 100,
         }
     }
 }

@@ -2,8 +2,9 @@
 
 use super::handle::Server;
 use super::{HandlerError, RequestContext, paginate};
-use crate::protocol::jsonrpc::{ErrorObject, RESOURCE_NOT_FOUND};
+use crate::protocol::jsonrpc::{ErrorObject, INVALID_PARAMS, LIMIT_REACHED, RESOURCE_NOT_FOUND};
 use crate::protocol::types::{CallToolResult, LogLevel};
+use crate::session::{LimitReached, SessionError, SubscriptionLimits};
 use serde_json::{Map, Value, json};
 
 impl Server {
@@ -66,12 +67,8 @@ impl Server {
             }
             "resources/subscribe" | "resources/unsubscribe" => {
                 let uri = required_str(&params, "uri")?;
-                // Kept in the session record, so the replica holding the stream knows.
-                self.inner
-                    .sessions
-                    .set_subscription(&ctx.session().id, uri, method == "resources/subscribe")
-                    .await
-                    .map_err(|e| ErrorObject::internal(e.to_string()))?;
+                let subscribe = method == "resources/subscribe";
+                self.set_subscription(&ctx, uri, subscribe).await?;
                 Ok(json!({}))
             }
             "completion/complete" => self.complete(&params),
@@ -83,6 +80,37 @@ impl Server {
                 Ok(json!({}))
             }
             other => Err(ErrorObject::method_not_found(other)),
+        }
+    }
+
+    /// Subscriptions are kept in the session record, so the replica holding the stream knows.
+    /// Only URIs the server offers (a resource, or a template's match) can be subscribed to,
+    /// within the session's limits; a refusal changes nothing.
+    async fn set_subscription(&self, ctx: &RequestContext, uri: &str, subscribe: bool) -> Result<(), ErrorObject> {
+        let config = &self.inner.config;
+        if subscribe && !self.inner.offerings.read().unwrap().resources.iter().any(|r| r.matches(uri).is_some()) {
+            return Err(ErrorObject::invalid_params("cannot subscribe: no resource or resource template of this server has this URI")
+                .with_data(json!({"uri": uri})));
+        }
+        let limits = SubscriptionLimits { max_count: config.max_subscriptions_per_session, max_bytes: config.max_session_record_bytes };
+        // A URI longer than the whole budget needs no look at the record (nor a log entry).
+        let refused = if subscribe && uri.len() > limits.max_bytes {
+            Err(SessionError::Limit(LimitReached::SubscriptionBytes(limits.max_bytes)))
+        } else {
+            self.inner.sessions.set_subscription(&ctx.session().id, uri, subscribe, limits).await.map(drop)
+        };
+        match refused {
+            Ok(()) => Ok(()),
+            Err(SessionError::Limit(limit)) => {
+                self.metrics().limit_refused(limit.label());
+                tracing::debug!(session = %ctx.session().id, limit = limit.label(), "subscribe refused: {limit}");
+                let code = match limit {
+                    LimitReached::Subscriptions(_) => LIMIT_REACHED,
+                    LimitReached::SubscriptionBytes(_) => INVALID_PARAMS,
+                };
+                Err(ErrorObject::new(code, limit.to_string()).with_data(json!({"limit": limit.label(), "max": limit.max()})))
+            }
+            Err(e) => Err(ErrorObject::internal(e.to_string())),
         }
     }
 

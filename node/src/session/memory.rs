@@ -1,4 +1,4 @@
-use super::{SessionError, SessionId, SessionRecord, SessionStore};
+use super::{SessionError, SessionId, SessionRecord, SessionStore, SubscriptionLimits};
 use crate::protocol::types::LogLevel;
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -56,17 +56,22 @@ impl SessionStore for InMemorySessionStore {
         Ok(self.with_live(id, |r| Arc::make_mut(r).log_level = level).is_some())
     }
 
-    async fn set_subscription(&self, id: &SessionId, uri: &str, subscribed: bool) -> Result<bool, SessionError> {
-        Ok(self
-            .with_live(id, |r| {
-                let r = Arc::make_mut(r);
-                if subscribed {
-                    r.subscriptions.insert(uri.to_string());
-                } else {
-                    r.subscriptions.remove(uri);
-                }
-            })
-            .is_some())
+    async fn set_subscription(
+        &self,
+        id: &SessionId,
+        uri: &str,
+        subscribed: bool,
+        limits: SubscriptionLimits,
+    ) -> Result<bool, SessionError> {
+        let changed = self.with_live(id, |r| {
+            if !subscribed {
+                Arc::make_mut(r).subscriptions.remove(uri);
+            } else if r.check_subscribe(uri, limits)? {
+                Arc::make_mut(r).subscriptions.insert(uri.to_string());
+            }
+            Ok::<_, SessionError>(())
+        });
+        changed.transpose().map(|known| known.is_some())
     }
 
     async fn delete(&self, id: &SessionId) -> Result<bool, SessionError> {

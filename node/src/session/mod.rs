@@ -50,10 +50,67 @@ pub struct SessionRecord {
     pub subscriptions: std::collections::BTreeSet<String>,
 }
 
+impl SessionRecord {
+    /// Whether subscribing to `uri` adds a subscription (`false`: it is there already), or the
+    /// limit it would break. Both stores decide with this, where the record is kept, so
+    /// concurrent subscribes through different replicas cannot overshoot a limit together.
+    pub fn check_subscribe(&self, uri: &str, limits: SubscriptionLimits) -> Result<bool, LimitReached> {
+        if self.subscriptions.contains(uri) {
+            return Ok(false);
+        }
+        if self.subscriptions.len() >= limits.max_count {
+            return Err(LimitReached::Subscriptions(limits.max_count));
+        }
+        let bytes = self.subscriptions.iter().map(String::len).sum::<usize>() + uri.len();
+        if bytes > limits.max_bytes {
+            return Err(LimitReached::SubscriptionBytes(limits.max_bytes));
+        }
+        Ok(true)
+    }
+}
+
+/// Bounds on one session's subscriptions, carried by each subscribe so every replica applies
+/// the proposer's limits (and so agrees, whatever its own configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubscriptionLimits {
+    /// Subscribed URIs.
+    pub max_count: usize,
+    /// Bytes of the subscribed URIs together.
+    pub max_bytes: usize,
+}
+
+/// A change the session store refused because it would break a limit. Nothing changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum LimitReached {
+    #[error("a session may subscribe to at most {0} resources (--max-subscriptions-per-session)")]
+    Subscriptions(usize),
+    #[error("a session's subscribed URIs may take at most {0} bytes together (--max-session-record-bytes)")]
+    SubscriptionBytes(usize),
+}
+
+impl LimitReached {
+    /// The limit's name, as in metrics and in the `data` of the client's error.
+    pub fn label(self) -> &'static str {
+        match self {
+            LimitReached::Subscriptions(_) => "subscriptions_per_session",
+            LimitReached::SubscriptionBytes(_) => "session_record_bytes",
+        }
+    }
+
+    /// The configured value that was reached.
+    pub fn max(self) -> usize {
+        match self {
+            LimitReached::Subscriptions(max) | LimitReached::SubscriptionBytes(max) => max,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
     #[error("session store unavailable: {0}")]
     Unavailable(#[source] crate::mailbox::BoxError),
+    #[error(transparent)]
+    Limit(#[from] LimitReached),
 }
 
 #[async_trait]
@@ -65,8 +122,10 @@ pub trait SessionStore: Send + Sync + 'static {
     async fn get(&self, id: &SessionId) -> Result<Option<Arc<SessionRecord>>, SessionError>;
     /// Set the minimum level of `notifications/message`. `false` when the session is unknown.
     async fn set_log_level(&self, id: &SessionId, level: LogLevel) -> Result<bool, SessionError>;
-    /// Subscribe to (or unsubscribe from) updates of `uri`. `false` when the session is unknown.
-    async fn set_subscription(&self, id: &SessionId, uri: &str, subscribed: bool) -> Result<bool, SessionError>;
+    /// Subscribe to (or unsubscribe from) updates of `uri`. `false` when the session is unknown;
+    /// [`SessionError::Limit`] (and no change) when subscribing would break `limits`.
+    async fn set_subscription(&self, id: &SessionId, uri: &str, subscribed: bool, limits: SubscriptionLimits)
+    -> Result<bool, SessionError>;
     /// End the session. `false` when it was unknown already.
     async fn delete(&self, id: &SessionId) -> Result<bool, SessionError>;
 }
