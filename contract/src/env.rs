@@ -16,6 +16,8 @@ pub const PAGE_SIZE: &str = "SWITCHBOARD_PAGE_SIZE";
 pub const MAX_SESSION_RECORD_BYTES: &str = "SWITCHBOARD_MAX_SESSION_RECORD_BYTES";
 /// `--max-subscriptions-per-session`: resources one session may subscribe to.
 pub const MAX_SUBSCRIPTIONS_PER_SESSION: &str = "SWITCHBOARD_MAX_SUBSCRIPTIONS_PER_SESSION";
+/// `--max-sessions`: live sessions the cluster holds.
+pub const MAX_SESSIONS: &str = "SWITCHBOARD_MAX_SESSIONS";
 /// `--log-format`: `text` or `json` on stderr.
 pub const LOG_FORMAT: &str = "SWITCHBOARD_LOG_FORMAT";
 /// `--node-id`: the Raft node id (default: the hostname's ordinal).
@@ -63,6 +65,7 @@ pub const SERVE: &[&str] = &[
     PAGE_SIZE,
     MAX_SESSION_RECORD_BYTES,
     MAX_SUBSCRIPTIONS_PER_SESSION,
+    MAX_SESSIONS,
     LOG_FORMAT,
     NODE_ID,
     LISTEN,
@@ -92,7 +95,7 @@ mod tests {
     fn serve_lists_each_flag_once_with_the_prefix() {
         let unique: BTreeSet<&str> = SERVE.iter().copied().collect();
         assert_eq!(unique.len(), SERVE.len(), "a name is listed twice");
-        assert_eq!(SERVE.len(), 24);
+        assert_eq!(SERVE.len(), 25);
         for name in SERVE {
             assert!(name.starts_with("SWITCHBOARD_") && name[12..].chars().all(|c| c.is_ascii_uppercase() || c == '_'), "{name}");
         }

@@ -134,6 +134,9 @@ pub struct CommonArgs {
     /// Resources one session may subscribe to.
     #[arg(long, env = env::MAX_SUBSCRIPTIONS_PER_SESSION, default_value_t = 100)]
     pub max_subscriptions_per_session: usize,
+    /// Live sessions the cluster holds; `initialize` beyond it gets 503 with Retry-After.
+    #[arg(long, env = env::MAX_SESSIONS, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_sessions: u64,
     /// Log format on stderr.
     #[arg(long, env = env::LOG_FORMAT, value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -276,6 +279,7 @@ fn server_builder(common: &CommonArgs, node_id: u64, sealer: Arc<IdSealer>) -> S
         page_size: common.page_size as usize,
         max_session_record_bytes: common.max_session_record_bytes as usize,
         max_subscriptions_per_session: common.max_subscriptions_per_session,
+        max_sessions: common.max_sessions as usize,
         ..Default::default()
     };
     common.tools.register(ServerBuilder::new("switchboard", env!("CARGO_PKG_VERSION")).config(config).id_sealer(sealer))

@@ -196,3 +196,51 @@ async fn subscribed_uris_together_stay_within_the_record_limit() {
     assert_eq!(cluster.server(0).metrics().limit_refused_count("session_record_bytes"), 2);
     cluster.raft.stop_all().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initialize_beyond_the_session_limit_gets_503_with_retry_after() {
+    let mut cluster = start(3, ServerConfig { max_sessions: 2, ..Default::default() }).await;
+    let mut first = RawClient::new(&cluster.urls[0]);
+    first.initialize().await;
+    RawClient::new(&cluster.urls[1]).initialize().await;
+    cluster.raft.node(2).linearize().await.unwrap();
+    let before = cluster.status(2).await;
+    // The third, on the replica that made neither: the count is the cluster's.
+    let res = RawClient::new(&cluster.urls[2]).post(initialize_body(json!({}), json!({"name": "c", "version": "1"}))).send().await.unwrap();
+    assert_eq!(res.status(), 503);
+    assert_eq!(res.headers()["retry-after"], "60");
+    assert!(res.headers().get("mcp-session-id").is_none());
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["id"], 0);
+    assert_eq!(body["error"]["code"], LIMIT_REACHED);
+    assert_eq!(body["error"]["data"], json!({"limit": "sessions", "max": 2}));
+    assert!(body["error"]["message"].as_str().unwrap().contains("--max-sessions"), "{body}");
+    for i in 0..3 {
+        assert_eq!(cluster.status(i).await.sessions, 2, "node {i}");
+    }
+    assert_eq!(cluster.status(2).await.last_log_index, before.last_log_index, "refused without a log entry");
+    assert_eq!(cluster.server(2).metrics().limit_refused_count("sessions"), 1);
+    // A session that ends makes room.
+    let res = first.http.delete(&cluster.urls[0]).header("mcp-session-id", first.session.clone().unwrap()).send().await.unwrap();
+    assert!(res.status().is_success());
+    cluster.raft.node(2).linearize().await.unwrap();
+    RawClient::new(&cluster.urls[2]).initialize().await;
+    cluster.raft.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_initializes_through_every_replica_never_overshoot_the_limit() {
+    let mut cluster = start(3, ServerConfig { max_sessions: 5, ..Default::default() }).await;
+    let attempts = (0..24).map(|n| {
+        let client = RawClient::new(&cluster.urls[n % 3]);
+        async move { client.post(initialize_body(json!({}), json!({"name": "c", "version": "1"}))).send().await.unwrap().status() }
+    });
+    let statuses = futures::future::join_all(attempts).await;
+    assert_eq!(statuses.iter().filter(|s| s.as_u16() == 200).count(), 5, "{statuses:?}");
+    assert!(statuses.iter().all(|s| [200, 503].contains(&s.as_u16())), "{statuses:?}");
+    for i in 0..3 {
+        cluster.raft.node(i).linearize().await.unwrap();
+        assert_eq!(cluster.status(i).await.sessions, 5, "node {i}");
+    }
+    cluster.raft.stop_all().await;
+}

@@ -90,7 +90,7 @@ async fn sessions_created_anywhere_are_readable_everywhere_at_once() {
     let mut cluster = TestCluster::start(3).await;
     for i in 0..3 {
         let id = SessionId(format!("s{i}"));
-        cluster.sessions(i).create(record(&id.0)).await.unwrap();
+        cluster.sessions(i).create(record(&id.0), 100).await.unwrap();
         // Read-your-writes on every other node, immediately (ReadIndex on a miss).
         for j in 0..3 {
             let got = cluster.sessions(j).get(&id).await.unwrap().expect("session visible");
@@ -118,8 +118,8 @@ async fn sessions_expire_by_ttl_unless_used() {
     // A TTL several times the gap between uses, so a stalled runner does not expire `busy`.
     let mut cluster = TestCluster::start_with(1, |c| c.session_ttl = Duration::from_millis(1000)).await;
     let store = cluster.sessions(0);
-    store.create(record("idle")).await.unwrap();
-    store.create(record("busy")).await.unwrap();
+    store.create(record("idle"), 100).await.unwrap();
+    store.create(record("busy"), 100).await.unwrap();
     for _ in 0..8 {
         tokio::time::sleep(Duration::from_millis(250)).await;
         assert!(store.get(&SessionId("busy".into())).await.unwrap().is_some(), "use keeps it alive");

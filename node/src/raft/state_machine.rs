@@ -47,9 +47,11 @@ pub enum Command {
     MailboxDelete {
         key: MailboxKey,
     },
+    /// Refused (nothing stored) when `max_sessions` live sessions exist already.
     SessionCreate {
         record: SessionRecord,
         ttl_ms: Millis,
+        max_sessions: usize,
     },
     SessionSetLogLevel {
         id: SessionId,
@@ -306,7 +308,13 @@ impl StateMachine {
                 }
                 Response::Done
             }
-            Command::SessionCreate { record, ttl_ms } => {
+            Command::SessionCreate { record, ttl_ms, max_sessions } => {
+                // Decided here, in log order, on every replica: the count is exact cluster-wide
+                // (creates racing through different nodes are serialized by the log), and the
+                // limit travels in the command, so replicas configured differently still agree.
+                if !self.sessions.contains_key(&record.id) && self.sessions.len() >= *max_sessions {
+                    return Response::Refused(LimitReached::Sessions(*max_sessions));
+                }
                 let expires_at = now.saturating_add(*ttl_ms);
                 let session = Session { record: Arc::new(record.clone()), ttl_ms: *ttl_ms, expires_at };
                 if let Some(old) = self.sessions.insert(record.id.clone(), session) {
@@ -532,7 +540,7 @@ mod tests {
     fn sessions_expire_by_log_time_and_touch_extends_them() {
         let mut sm = StateMachine::default();
         let id = SessionId("s".into());
-        sm.apply(&req(1000, Command::SessionCreate { record: session("s"), ttl_ms: 100 }));
+        sm.apply(&req(1000, Command::SessionCreate { record: session("s"), ttl_ms: 100, max_sessions: 10 }));
         sm.apply(&req(1090, Command::SessionTouch { id: id.clone() }));
         sm.apply(&req(1150, Command::Tick));
         assert!(sm.session(&id).is_some(), "touched at 1090, lives to 1190");
@@ -554,7 +562,7 @@ mod tests {
     fn subscriptions_stop_at_their_limits_and_a_refusal_changes_nothing() {
         let mut sm = StateMachine::default();
         let id = SessionId("s".into());
-        sm.apply(&req(1000, Command::SessionCreate { record: session("s"), ttl_ms: 60_000 }));
+        sm.apply(&req(1000, Command::SessionCreate { record: session("s"), ttl_ms: 60_000, max_sessions: 10 }));
         let limits = SubscriptionLimits { max_count: 2, max_bytes: 20 };
         let subscribe = |uri: &str| Command::SessionSubscribe { id: id.clone(), uri: uri.into(), subscribed: true, limits };
         assert_eq!(sm.apply(&req(1001, subscribe("test://a"))).0, Response::Session(true));
@@ -567,6 +575,20 @@ mod tests {
         let unsubscribe = Command::SessionSubscribe { id: id.clone(), uri: "test://a".into(), subscribed: false, limits };
         sm.apply(&req(1006, unsubscribe));
         assert_eq!(sm.apply(&req(1007, subscribe("test://c"))).0, Response::Session(true), "room again after an unsubscribe");
+    }
+
+    #[test]
+    fn sessions_stop_at_the_limit_carried_by_the_create() {
+        let mut sm = StateMachine::default();
+        let create = |id: &str| Command::SessionCreate { record: session(id), ttl_ms: 100, max_sessions: 2 };
+        assert_eq!(sm.apply(&req(1000, create("a"))).0, Response::Session(true));
+        assert_eq!(sm.apply(&req(1001, create("b"))).0, Response::Session(true));
+        assert_eq!(sm.apply(&req(1002, create("c"))).0, Response::Refused(LimitReached::Sessions(2)));
+        assert!(sm.session(&SessionId("c".into())).is_none(), "nothing stored");
+        assert_eq!(sm.apply(&req(1003, create("a"))).0, Response::Session(true), "a retried create of a held id is no new session");
+        // Expired sessions make room ("b" expired at 1101; "a" was created again at 1003).
+        assert_eq!(sm.apply(&req(1101, create("c"))).0, Response::Session(true));
+        assert_eq!(sm.sessions.keys().map(|id| id.as_str()).collect::<Vec<_>>(), ["a", "c"]);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use super::state_machine::{Command, JsonText, Millis, Response};
 use crate::clock::now_ms;
 use crate::mailbox::{CreateOutcome, DeliverOutcome, Mailbox, MailboxError, MailboxKey, NodeId, SessionTag, WaitOutcome, check_ttl};
 use crate::protocol::types::LogLevel;
-use crate::session::{SessionError, SessionId, SessionRecord, SessionStore, SubscriptionLimits};
+use crate::session::{LimitReached, SessionError, SessionId, SessionRecord, SessionStore, SubscriptionLimits};
 use async_trait::async_trait;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
@@ -122,11 +122,23 @@ impl Mailbox for RaftMailbox {
 
 #[async_trait]
 impl SessionStore for RaftSessions {
-    async fn create(&self, record: SessionRecord) -> Result<(), SessionError> {
-        let command = Command::SessionCreate { record, ttl_ms: self.ttl_ms() };
-        let (_, index) = self.node.propose(command).await?;
-        self.node.wait_applied(index).await?;
-        Ok(())
+    async fn create(&self, record: SessionRecord, max_sessions: usize) -> Result<(), SessionError> {
+        // The state machine decides (exactly, in log order); this look at the local replica
+        // only spares the log an entry per refused create while the cluster is full. It may be
+        // a moment stale: a create it lets through is still refused where it is applied.
+        if self.node.sm.read(|sm| sm.sessions.len()) >= max_sessions {
+            return Err(LimitReached::Sessions(max_sessions).into());
+        }
+        let command = Command::SessionCreate { record, ttl_ms: self.ttl_ms(), max_sessions };
+        let (response, index) = self.node.propose(command).await?;
+        match response {
+            Response::Session(true) => {
+                self.node.wait_applied(index).await?;
+                Ok(())
+            }
+            Response::Refused(limit) => Err(limit.into()),
+            other => Err(SessionError::Unavailable(format!("unexpected reply to create: {other:?}").into())),
+        }
     }
 
     async fn get(&self, id: &SessionId) -> Result<Option<Arc<SessionRecord>>, SessionError> {

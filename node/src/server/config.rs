@@ -18,6 +18,8 @@ pub struct ServerConfig {
     pub max_session_record_bytes: usize,
     /// Resources one session may subscribe to.
     pub max_subscriptions_per_session: usize,
+    /// Live sessions, cluster-wide; `initialize` beyond it is refused (HTTP 503).
+    pub max_sessions: usize,
 }
 
 impl Default for ServerConfig {
@@ -30,6 +32,7 @@ impl Default for ServerConfig {
             local_sweep_interval: Duration::from_secs(30),
             max_session_record_bytes: 64 * 1024,
             max_subscriptions_per_session: 100,
+            max_sessions: 100_000,
         }
     }
 }

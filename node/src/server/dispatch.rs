@@ -105,8 +105,8 @@ impl Server {
                 self.metrics().limit_refused(limit.label());
                 tracing::debug!(session = %ctx.session().id, limit = limit.label(), "subscribe refused: {limit}");
                 let code = match limit {
-                    LimitReached::Subscriptions(_) => LIMIT_REACHED,
                     LimitReached::SubscriptionBytes(_) => INVALID_PARAMS,
+                    LimitReached::Subscriptions(_) | LimitReached::Sessions(_) => LIMIT_REACHED,
                 };
                 Err(ErrorObject::new(code, limit.to_string()).with_data(json!({"limit": limit.label(), "max": limit.max()})))
             }

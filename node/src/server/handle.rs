@@ -11,9 +11,9 @@ use super::outbound::Outbound;
 use super::rendezvous::Rendezvous;
 use crate::mailbox::Mailbox;
 use crate::metrics::Metrics;
-use crate::protocol::jsonrpc::{ErrorObject, encodes_longer_than};
+use crate::protocol::jsonrpc::{ErrorObject, LIMIT_REACHED, encodes_longer_than};
 use crate::protocol::types::{Implementation, InitializeParams, LogLevel, MAX_CLIENT_INFO_FIELD_BYTES, ProtocolVersion};
-use crate::session::{SessionError, SessionId, SessionRecord, SessionStore};
+use crate::session::{LimitReached, SessionError, SessionId, SessionRecord, SessionStore};
 use serde_json::{Value, json};
 use std::sync::{Arc, RwLock};
 
@@ -41,8 +41,20 @@ pub enum InitializeError {
     InvalidParams(String),
     #[error("initialize params exceed {limit} bytes, the most a session may hold (--max-session-record-bytes)")]
     RecordTooLarge { limit: usize },
+    /// The cluster holds its limit of sessions: retryable (HTTP 503 with `Retry-After`).
+    #[error("the server holds its limit of {limit} sessions (--max-sessions); retry later")]
+    TooManySessions { limit: usize },
     #[error(transparent)]
-    Store(#[from] SessionError),
+    Store(SessionError),
+}
+
+impl From<SessionError> for InitializeError {
+    fn from(e: SessionError) -> Self {
+        match e {
+            SessionError::Limit(LimitReached::Sessions(limit)) => InitializeError::TooManySessions { limit },
+            other => InitializeError::Store(other),
+        }
+    }
 }
 
 impl InitializeError {
@@ -52,6 +64,9 @@ impl InitializeError {
             InitializeError::InvalidParams(_) => ErrorObject::invalid_params(self.to_string()),
             InitializeError::RecordTooLarge { limit } => {
                 ErrorObject::invalid_params(self.to_string()).with_data(json!({"limit": "session_record_bytes", "max": limit}))
+            }
+            InitializeError::TooManySessions { limit } => {
+                ErrorObject::new(LIMIT_REACHED, self.to_string()).with_data(json!({"limit": "sessions", "max": limit}))
             }
             InitializeError::Store(_) => ErrorObject::internal(self.to_string()),
         }
@@ -107,7 +122,14 @@ impl Server {
             log_level: LogLevel::Info,
             subscriptions: Default::default(),
         };
-        self.inner.sessions.create(record.clone()).await?;
+        if let Err(e) = self.inner.sessions.create(record.clone(), self.inner.config.max_sessions).await {
+            let e = InitializeError::from(e);
+            if let InitializeError::TooManySessions { limit } = e {
+                self.metrics().limit_refused("sessions");
+                tracing::debug!(limit, "initialize refused: the session limit is reached");
+            }
+            return Err(e);
+        }
         let record = Arc::new(record);
         let mut result = json!({
             "protocolVersion": version,

@@ -1,4 +1,4 @@
-use super::{SessionError, SessionId, SessionRecord, SessionStore, SubscriptionLimits};
+use super::{LimitReached, SessionError, SessionId, SessionRecord, SessionStore, SubscriptionLimits};
 use crate::protocol::types::LogLevel;
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -36,12 +36,15 @@ impl InMemorySessionStore {
 
 #[async_trait]
 impl SessionStore for InMemorySessionStore {
-    async fn create(&self, record: SessionRecord) -> Result<(), SessionError> {
+    async fn create(&self, record: SessionRecord, max_sessions: usize) -> Result<(), SessionError> {
         let mut sessions = self.sessions.lock().unwrap();
         let now = Instant::now();
-        // Sweep idle records now and then rather than on every create.
-        if sessions.len() % 256 == 255 {
+        // Sweep idle records now and then rather than on every create, and before refusing.
+        if sessions.len() % 256 == 255 || sessions.len() >= max_sessions {
             sessions.retain(|_, (_, seen)| now.duration_since(*seen) < self.ttl);
+        }
+        if sessions.len() >= max_sessions {
+            return Err(LimitReached::Sessions(max_sessions).into());
         }
         sessions.insert(record.id.clone(), (Arc::new(record), now));
         Ok(())
@@ -99,11 +102,22 @@ mod tests {
     async fn reads_share_the_record_and_a_change_leaves_readers_their_copy() {
         let store = InMemorySessionStore::new(Duration::from_secs(60));
         let id = SessionId("s".into());
-        store.create(record("s")).await.unwrap();
+        store.create(record("s"), 10).await.unwrap();
         let (a, b) = (store.get(&id).await.unwrap().unwrap(), store.get(&id).await.unwrap().unwrap());
         assert!(Arc::ptr_eq(&a, &b), "no copy per read");
         assert!(store.set_log_level(&id, LogLevel::Error).await.unwrap());
         assert_eq!(a.log_level, LogLevel::Info, "a request keeps the record it read");
         assert_eq!(store.get(&id).await.unwrap().unwrap().log_level, LogLevel::Error);
+    }
+
+    #[tokio::test]
+    async fn creates_stop_at_the_session_limit_until_one_ends() {
+        let store = InMemorySessionStore::new(Duration::from_secs(60));
+        store.create(record("a"), 2).await.unwrap();
+        store.create(record("b"), 2).await.unwrap();
+        assert!(matches!(store.create(record("c"), 2).await, Err(SessionError::Limit(LimitReached::Sessions(2)))));
+        assert!(store.get(&SessionId("c".into())).await.unwrap().is_none(), "nothing stored");
+        store.delete(&SessionId("a".into())).await.unwrap();
+        store.create(record("c"), 2).await.unwrap();
     }
 }

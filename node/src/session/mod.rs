@@ -86,6 +86,8 @@ pub enum LimitReached {
     Subscriptions(usize),
     #[error("a session's subscribed URIs may take at most {0} bytes together (--max-session-record-bytes)")]
     SubscriptionBytes(usize),
+    #[error("the server holds its limit of {0} sessions (--max-sessions); retry later")]
+    Sessions(usize),
 }
 
 impl LimitReached {
@@ -94,13 +96,14 @@ impl LimitReached {
         match self {
             LimitReached::Subscriptions(_) => "subscriptions_per_session",
             LimitReached::SubscriptionBytes(_) => "session_record_bytes",
+            LimitReached::Sessions(_) => "sessions",
         }
     }
 
     /// The configured value that was reached.
     pub fn max(self) -> usize {
         match self {
-            LimitReached::Subscriptions(max) | LimitReached::SubscriptionBytes(max) => max,
+            LimitReached::Subscriptions(max) | LimitReached::SubscriptionBytes(max) | LimitReached::Sessions(max) => max,
         }
     }
 }
@@ -115,8 +118,9 @@ pub enum SessionError {
 
 #[async_trait]
 pub trait SessionStore: Send + Sync + 'static {
-    /// Store a new session. Once this returns, `get` finds it on every node.
-    async fn create(&self, record: SessionRecord) -> Result<(), SessionError>;
+    /// Store a new session. Once this returns, `get` finds it on every node. Refused with
+    /// [`SessionError::Limit`] (nothing stored) when the store holds `max_sessions` already.
+    async fn create(&self, record: SessionRecord, max_sessions: usize) -> Result<(), SessionError>;
     /// The live session with this id, if any (expired and deleted sessions are `None`): the
     /// store's own shared copy, not a clone.
     async fn get(&self, id: &SessionId) -> Result<Option<Arc<SessionRecord>>, SessionError>;

@@ -3,7 +3,7 @@
 use super::sse::{EventLog, RelayError, StreamLogs, StreamRelay, StreamSink};
 use crate::protocol::jsonrpc::{self, ErrorObject, Message};
 use crate::protocol::types::ProtocolVersion;
-use crate::server::{AnswerOutcome, Outbound, Outgoing, Server, SessionLookupError};
+use crate::server::{AnswerOutcome, InitializeError, Outbound, Outgoing, Server, SessionLookupError};
 use crate::session::{SessionId, SessionRecord};
 use axum::Router;
 use axum::body::Bytes;
@@ -18,6 +18,9 @@ use tokio::sync::mpsc;
 pub const SESSION_HEADER: &str = "mcp-session-id";
 pub const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
 pub const NODE_HEADER: &str = "x-switchboard-node";
+/// `Retry-After` of an `initialize` refused because the cluster holds its limit of sessions:
+/// sessions end as clients close them or leave them idle, so minutes rather than seconds.
+pub const SESSION_LIMIT_RETRY_AFTER_SECS: u32 = 60;
 
 #[derive(Debug, Clone)]
 pub struct HttpConfig {
@@ -245,6 +248,11 @@ async fn post(State(state): State<Shared>, headers: HeaderMap, body: Result<Byte
                 let mut response = json_body(StatusCode::OK, &Message::response(id.clone(), result));
                 let value = HeaderValue::from_str(record.id.as_str()).expect("session ids are visible ASCII");
                 response.headers_mut().insert(SESSION_HEADER, value);
+                response
+            }
+            Err(error @ InitializeError::TooManySessions { .. }) => {
+                let mut response = json_body(StatusCode::SERVICE_UNAVAILABLE, &Message::error(Some(id.clone()), error.to_error_object()));
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(SESSION_LIMIT_RETRY_AFTER_SECS));
                 response
             }
             Err(error) => json_body(StatusCode::OK, &Message::error(Some(id.clone()), error.to_error_object())),
