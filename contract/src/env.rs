@@ -18,6 +18,10 @@ pub const MAX_SESSION_RECORD_BYTES: &str = "SWITCHBOARD_MAX_SESSION_RECORD_BYTES
 pub const MAX_SUBSCRIPTIONS_PER_SESSION: &str = "SWITCHBOARD_MAX_SUBSCRIPTIONS_PER_SESSION";
 /// `--max-sessions`: live sessions the cluster holds.
 pub const MAX_SESSIONS: &str = "SWITCHBOARD_MAX_SESSIONS";
+/// `--max-requests-per-session`: requests of one session running at once on a node.
+pub const MAX_REQUESTS_PER_SESSION: &str = "SWITCHBOARD_MAX_REQUESTS_PER_SESSION";
+/// `--max-requests-per-node`: requests running at once on a node.
+pub const MAX_REQUESTS_PER_NODE: &str = "SWITCHBOARD_MAX_REQUESTS_PER_NODE";
 /// `--log-format`: `text` or `json` on stderr.
 pub const LOG_FORMAT: &str = "SWITCHBOARD_LOG_FORMAT";
 /// `--node-id`: the Raft node id (default: the hostname's ordinal).
@@ -66,6 +70,8 @@ pub const SERVE: &[&str] = &[
     MAX_SESSION_RECORD_BYTES,
     MAX_SUBSCRIPTIONS_PER_SESSION,
     MAX_SESSIONS,
+    MAX_REQUESTS_PER_SESSION,
+    MAX_REQUESTS_PER_NODE,
     LOG_FORMAT,
     NODE_ID,
     LISTEN,
@@ -95,7 +101,7 @@ mod tests {
     fn serve_lists_each_flag_once_with_the_prefix() {
         let unique: BTreeSet<&str> = SERVE.iter().copied().collect();
         assert_eq!(unique.len(), SERVE.len(), "a name is listed twice");
-        assert_eq!(SERVE.len(), 25);
+        assert_eq!(SERVE.len(), 27);
         for name in SERVE {
             assert!(name.starts_with("SWITCHBOARD_") && name[12..].chars().all(|c| c.is_ascii_uppercase() || c == '_'), "{name}");
         }

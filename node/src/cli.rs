@@ -137,6 +137,12 @@ pub struct CommonArgs {
     /// Live sessions the cluster holds; `initialize` beyond it gets 503 with Retry-After.
     #[arg(long, env = env::MAX_SESSIONS, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_sessions: u64,
+    /// Requests of one session running at once on a node, parked ones included.
+    #[arg(long, env = env::MAX_REQUESTS_PER_SESSION, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_requests_per_session: u64,
+    /// Requests running at once on a node, parked ones included, every session together.
+    #[arg(long, env = env::MAX_REQUESTS_PER_NODE, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_requests_per_node: u64,
     /// Log format on stderr.
     #[arg(long, env = env::LOG_FORMAT, value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -280,6 +286,8 @@ fn server_builder(common: &CommonArgs, node_id: u64, sealer: Arc<IdSealer>) -> S
         max_session_record_bytes: common.max_session_record_bytes as usize,
         max_subscriptions_per_session: common.max_subscriptions_per_session,
         max_sessions: common.max_sessions as usize,
+        max_requests_per_session: common.max_requests_per_session as usize,
+        max_requests_per_node: common.max_requests_per_node as usize,
         ..Default::default()
     };
     common.tools.register(ServerBuilder::new("switchboard", env!("CARGO_PKG_VERSION")).config(config).id_sealer(sealer))

@@ -4,8 +4,8 @@
 
 mod common;
 
-use common::RawClient;
 use common::cluster::{McpServerFor, SECRET, TestCluster};
+use common::{RawClient, data, read_events};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use switchboard_node::raft::types::encode;
 use switchboard_node::server::ServerConfig;
 use switchboard_node::server::correlation::IdSealer;
 use switchboard_node::session::SessionId;
-use switchboard_node::transport::http;
+use switchboard_node::transport::http::{self, HttpConfig};
 
 struct McpCluster {
     raft: TestCluster,
@@ -243,4 +243,49 @@ async fn concurrent_initializes_through_every_replica_never_overshoot_the_limit(
         assert_eq!(cluster.status(i).await.sessions, 5, "node {i}");
     }
     cluster.raft.stop_all().await;
+}
+
+/// Call `confirm` and read its stream until the `elicitation/create` it parks on.
+async fn park(client: &RawClient, id: i64) -> (reqwest::Response, String, Value) {
+    let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "confirm", "arguments": {"action": "x"}}});
+    let mut res = client.post(call.to_string()).send().await.unwrap();
+    let mut buffer = String::new();
+    loop {
+        let events = read_events(&mut res, 1, &mut buffer).await;
+        if let Some(request) = data(&events).into_iter().find(|m| m["method"] == "elicitation/create") {
+            return (res, buffer, request);
+        }
+    }
+}
+
+#[tokio::test]
+async fn running_and_parked_requests_stop_at_the_session_and_node_limits() {
+    let config = ServerConfig { max_requests_per_session: 2, max_requests_per_node: 3, ..Default::default() };
+    let srv = common::start(config, HttpConfig::default()).await;
+    let (mut a, mut b) = (RawClient::new(&srv.url), RawClient::new(&srv.url));
+    a.initialize().await;
+    b.initialize().await;
+    let (mut first, mut buffer, request) = park(&a, 1).await;
+    let _second = park(&a, 2).await;
+    // Refused at once: the tool does not run (it would park on an elicitation).
+    let call = a.request(3, "tools/call", json!({"name": "confirm", "arguments": {"action": "y"}}));
+    let messages = tokio::time::timeout(std::time::Duration::from_secs(10), call).await.expect("answered at once");
+    assert_eq!(messages.len(), 1, "only the error: {messages:?}");
+    let refused = &messages[0];
+    assert_eq!(refused["id"], 3);
+    assert_eq!(refused["error"]["code"], LIMIT_REACHED, "{refused}");
+    assert_eq!(refused["error"]["data"], json!({"limit": "requests_per_session", "max": 2}));
+    assert!(refused["error"]["message"].as_str().unwrap().contains("--max-requests-per-session"));
+    // Another session still runs, up to the node's limit.
+    let _third = park(&b, 1).await;
+    let refused = b.call(2, "ping", json!({})).await;
+    assert_eq!(refused["error"]["data"], json!({"limit": "requests_per_node", "max": 3}), "{refused}");
+    let metrics = srv.server.metrics();
+    assert_eq!((metrics.limit_refused_count("requests_per_session"), metrics.limit_refused_count("requests_per_node")), (1, 1));
+    // A parked call that finishes gives its place back.
+    let answer = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"action": "accept", "content": {"confirm": true}}});
+    assert_eq!(a.post(answer.to_string()).send().await.unwrap().status(), 202);
+    let rest = data(&read_events(&mut first, usize::MAX, &mut buffer).await);
+    assert_eq!(rest.last().unwrap()["result"]["structuredContent"]["answer"], "confirmed");
+    assert_eq!(a.call(4, "ping", json!({})).await["result"], json!({}));
 }

@@ -91,6 +91,7 @@ impl ServerBuilder {
                 offerings: RwLock::new(self.offerings),
                 sessions,
                 local: Default::default(),
+                in_flight: Default::default(),
             }),
         };
         if tokio::runtime::Handle::try_current().is_ok() {

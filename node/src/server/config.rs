@@ -20,6 +20,10 @@ pub struct ServerConfig {
     pub max_subscriptions_per_session: usize,
     /// Live sessions, cluster-wide; `initialize` beyond it is refused (HTTP 503).
     pub max_sessions: usize,
+    /// Requests of one session running at once on this node, parked ones included.
+    pub max_requests_per_session: usize,
+    /// Requests running at once on this node, parked ones included, every session together.
+    pub max_requests_per_node: usize,
 }
 
 impl Default for ServerConfig {
@@ -33,6 +37,8 @@ impl Default for ServerConfig {
             max_session_record_bytes: 64 * 1024,
             max_subscriptions_per_session: 100,
             max_sessions: 100_000,
+            max_requests_per_session: 64,
+            max_requests_per_node: 10_000,
         }
     }
 }

@@ -15,6 +15,7 @@ use crate::protocol::jsonrpc::{ErrorObject, LIMIT_REACHED, encodes_longer_than};
 use crate::protocol::types::{Implementation, InitializeParams, LogLevel, MAX_CLIENT_INFO_FIELD_BYTES, ProtocolVersion};
 use crate::session::{LimitReached, SessionError, SessionId, SessionRecord, SessionStore};
 use serde_json::{Value, json};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, RwLock};
 
 pub(super) struct Inner {
@@ -26,6 +27,8 @@ pub(super) struct Inner {
     pub(super) offerings: RwLock<Offerings>,
     pub(super) sessions: Arc<dyn SessionStore>,
     pub(super) local: LocalSessions,
+    /// Requests running on this node (parked ones included), every session together.
+    pub(super) in_flight: AtomicUsize,
 }
 
 /// A cheaply clonable handle on the server.

@@ -7,6 +7,7 @@ use crate::protocol::jsonrpc::RequestId;
 use crate::protocol::types::LogLevel;
 use crate::session::{SessionId, SessionRecord};
 use std::collections::HashMap;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
@@ -14,6 +15,9 @@ use tokio_util::sync::CancellationToken;
 #[derive(Default)]
 pub(super) struct LocalSession {
     pub(super) running: Mutex<HashMap<RequestId, CancellationToken>>,
+    /// Requests of this session running here (parked ones included), counted apart from
+    /// `running`, which a client reusing a request id could keep short.
+    pub(super) in_flight: AtomicUsize,
     /// The standalone stream (HTTP GET, or stdout for stdio), when one is attached.
     pub(super) notifier: Mutex<Option<Outbound>>,
     /// Log level set on this node, ahead of the store's copy.

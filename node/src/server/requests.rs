@@ -4,21 +4,79 @@
 
 use super::context::{RequestContext, RequestScope};
 use super::handle::Server;
+use super::local::LocalSession;
 use super::outbound::{Outbound, Outgoing};
-use crate::protocol::jsonrpc::{Message, RequestId};
+use crate::protocol::jsonrpc::{ErrorObject, LIMIT_REACHED, Message, RequestId};
 use crate::session::{SessionId, SessionRecord};
 use serde_json::{Value, json};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio_util::sync::CancellationToken;
+
+/// A running request's places under the session's and the node's limits, given back when the
+/// request's task ends (this is dropped with it, however it ends).
+struct Admitted {
+    server: Server,
+    local: Arc<LocalSession>,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.local.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.server.inner.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Take a place in `counter` if fewer than `max` are taken.
+fn take_place(counter: &AtomicUsize, max: usize) -> bool {
+    counter.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).is_ok()
+}
+
+/// Why a request was not started.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+enum Refused {
+    #[error("this session has {0} requests running on this node, its limit (--max-requests-per-session); retry when one ends")]
+    Session(usize),
+    #[error("this node runs {0} requests, its limit (--max-requests-per-node); retry later")]
+    Node(usize),
+}
+
+impl Refused {
+    fn label(self) -> &'static str {
+        match self {
+            Refused::Session(_) => "requests_per_session",
+            Refused::Node(_) => "requests_per_node",
+        }
+    }
+
+    fn to_error_object(self) -> ErrorObject {
+        let max = match self {
+            Refused::Session(max) | Refused::Node(max) => max,
+        };
+        ErrorObject::new(LIMIT_REACHED, self.to_string()).with_data(json!({"limit": self.label(), "max": max}))
+    }
+}
 
 impl Server {
     /// Start handling a request. Related messages and finally the response go to `out`; a
     /// cancelled request sends no response, and `out` is dropped either way.
     /// `session` is the store's shared record: the request (and a call parked for minutes)
     /// holds a pointer to it, not a copy.
+    ///
+    /// Beyond the session's or the node's limit of running requests (parked calls count), the
+    /// request is answered with a -32000 error at once and nothing runs.
     pub fn spawn_request(&self, session: Arc<SessionRecord>, id: RequestId, method: String, params: Option<Value>, out: Outbound) {
         let server = self.clone();
         let local = self.local(&session.id);
+        let admitted = match self.admit(&local) {
+            Ok(admitted) => admitted,
+            Err(refused) => {
+                self.metrics().limit_refused(refused.label());
+                tracing::debug!(session = %session.id, request = %id, %method, limit = refused.label(), "request refused: {refused}");
+                let _ = out.send(Outgoing::Message(Box::new(Message::error(Some(id), refused.to_error_object()))));
+                return;
+            }
+        };
         let cancel = CancellationToken::new();
         local.running.lock().unwrap().insert(id.clone(), cancel.clone());
         let progress_token = params.as_ref().and_then(|p| p.pointer("/_meta/progressToken")).cloned();
@@ -40,6 +98,9 @@ impl Server {
                 r = server.dispatch(ctx.clone(), &method, params.unwrap_or_else(|| json!({}))) => Some(r),
             };
             local.running.lock().unwrap().remove(&id);
+            // Its places are free before the client can see the response (if the task is
+            // dropped instead, with the runtime, they go with it).
+            drop(admitted);
             match response {
                 Some(Ok(result)) => {
                     let _ = ctx.out().send(Outgoing::Message(Box::new(Message::response(id, result))));
@@ -50,6 +111,19 @@ impl Server {
                 None => tracing::debug!(request = %id, "request cancelled by the client"),
             }
         });
+    }
+
+    /// A place for one more request of `local`'s session, within both limits.
+    fn admit(&self, local: &Arc<LocalSession>) -> Result<Admitted, Refused> {
+        let config = &self.inner.config;
+        if !take_place(&local.in_flight, config.max_requests_per_session) {
+            return Err(Refused::Session(config.max_requests_per_session));
+        }
+        if !take_place(&self.inner.in_flight, config.max_requests_per_node) {
+            local.in_flight.fetch_sub(1, Ordering::AcqRel);
+            return Err(Refused::Node(config.max_requests_per_node));
+        }
+        Ok(Admitted { server: self.clone(), local: local.clone() })
     }
 
     /// Handle a notification from the client.
