@@ -14,6 +14,7 @@ use switchboard_node::peer::{PeerClient, routes};
 use switchboard_node::protocol::jsonrpc::{INVALID_PARAMS, LIMIT_REACHED};
 use switchboard_node::protocol::types::{CapabilityFlags, MAX_CLIENT_INFO_FIELD_BYTES};
 use switchboard_node::raft::ClusterStatus;
+use switchboard_node::raft::state_machine::MailboxState;
 use switchboard_node::raft::types::encode;
 use switchboard_node::server::ServerConfig;
 use switchboard_node::server::correlation::IdSealer;
@@ -288,4 +289,36 @@ async fn running_and_parked_requests_stop_at_the_session_and_node_limits() {
     let rest = data(&read_events(&mut first, usize::MAX, &mut buffer).await);
     assert_eq!(rest.last().unwrap()["result"]["structuredContent"]["answer"], "confirmed");
     assert_eq!(a.call(4, "ping", json!({})).await["result"], json!({}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivered_answer_leaves_every_replica_once_its_owner_took_it() {
+    let mut cluster = start(3, ServerConfig::default()).await;
+    let mut client = RawClient::new(&cluster.urls[0]);
+    client.initialize().await;
+    let (mut res, mut buffer, request) = park(&client, 1).await;
+    assert_eq!(res.headers()["x-switchboard-node"], "0");
+    let empty: Vec<usize> = (0..3).map(|i| cluster.state_bytes(i)).collect();
+    // A 200 KB answer, delivered through node 2 to the handler parked on node 0.
+    let answer = json!({"jsonrpc": "2.0", "id": request["id"],
+        "result": {"action": "accept", "content": {"confirm": true}, "_meta": {"pad": "p".repeat(200_000)}}});
+    assert_eq!(on(&client, &cluster, 2).post(answer.to_string()).send().await.unwrap().status(), 202);
+    let rest = data(&read_events(&mut res, usize::MAX, &mut buffer).await);
+    assert_eq!(rest.last().unwrap()["result"]["structuredContent"]["answer"], "confirmed");
+    // The owner took it: no replica keeps the value, each keeps the tombstone.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    for i in 0..3 {
+        let states = || cluster.raft.node(i).sm.read(|sm| sm.mailboxes.values().map(|m| m.state.clone()).collect::<Vec<_>>());
+        while states().iter().any(|s| matches!(s, MailboxState::Delivered(_))) {
+            assert!(tokio::time::Instant::now() < deadline, "node {i} still holds the delivered value");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(states(), vec![MailboxState::Taken], "node {i}");
+        let held = cluster.state_bytes(i).saturating_sub(empty[i]);
+        assert!(held < 2_000, "node {i} holds {held} more bytes than before the answer");
+    }
+    // A late copy of the answer is still refused as a duplicate (invariant 2).
+    assert_eq!(on(&client, &cluster, 1).post(answer.to_string()).send().await.unwrap().status(), 202);
+    assert_eq!(cluster.server(1).metrics().orphan_count("duplicate"), 1);
+    cluster.raft.stop_all().await;
 }

@@ -18,6 +18,7 @@ const INTRUDER: SessionTag = SessionTag([9; 16]);
 pub async fn run_all<M: Mailbox>(mailbox: Arc<M>) {
     deliver_before_wait(&*mailbox).await;
     double_delivery_keeps_the_first_value(&*mailbox).await;
+    a_taken_value_still_refuses_late_deliveries(&*mailbox).await;
     concurrent_deliveries_have_one_winner(mailbox.clone()).await;
     delete_wakes_waiters_and_refuses_later_deliveries(mailbox.clone()).await;
     expiry_is_told_apart_from_unknown(&*mailbox).await;
@@ -50,6 +51,16 @@ pub async fn double_delivery_keeps_the_first_value(mailbox: &impl Mailbox) {
     assert_eq!(mailbox.deliver(&key, SESSION, json!("first")).await.unwrap(), DeliverOutcome::Delivered);
     assert_eq!(mailbox.deliver(&key, SESSION, json!("second")).await.unwrap(), DeliverOutcome::AlreadyDelivered);
     assert_eq!(mailbox.wait(&key, LONG).await.unwrap(), WaitOutcome::Delivered(json!("first")));
+}
+
+/// The waiter takes the value (the store may drop it); the mailbox still remembers it was
+/// delivered.
+pub async fn a_taken_value_still_refuses_late_deliveries(mailbox: &impl Mailbox) {
+    let key = MailboxKey::random();
+    mailbox.create(&key, SESSION, OWNER, LONG).await.unwrap();
+    assert_eq!(mailbox.deliver(&key, SESSION, json!("first")).await.unwrap(), DeliverOutcome::Delivered);
+    assert_eq!(mailbox.wait(&key, LONG).await.unwrap(), WaitOutcome::Delivered(json!("first")));
+    assert_eq!(mailbox.deliver(&key, SESSION, json!("late")).await.unwrap(), DeliverOutcome::AlreadyDelivered);
 }
 
 pub async fn concurrent_deliveries_have_one_winner<M: Mailbox>(mailbox: Arc<M>) {

@@ -16,6 +16,8 @@ const TOMBSTONE_RETENTION: Duration = Duration::from_secs(600);
 enum State {
     Pending,
     Delivered(Value),
+    /// Delivered, and the waiter took the value: only the tombstone is left.
+    Taken,
     Deleted,
 }
 
@@ -31,6 +33,17 @@ struct Slot {
 impl Slot {
     fn expired(&self, now: Instant) -> bool {
         now >= self.deadline && matches!(self.state, State::Pending)
+    }
+
+    /// Hand a delivered value to its waiter, keeping the tombstone.
+    fn take(&mut self) -> WaitOutcome {
+        match std::mem::replace(&mut self.state, State::Taken) {
+            State::Delivered(value) => WaitOutcome::Delivered(value),
+            other => {
+                self.state = other;
+                WaitOutcome::Deleted
+            }
+        }
     }
 
     /// Set the state and wake the waiter.
@@ -93,18 +106,18 @@ impl Mailbox for InMemoryMailbox {
                 slot.settle(State::Delivered(value));
                 DeliverOutcome::Delivered
             }
-            State::Delivered(_) => DeliverOutcome::AlreadyDelivered,
+            State::Delivered(_) | State::Taken => DeliverOutcome::AlreadyDelivered,
             State::Deleted => DeliverOutcome::Deleted,
         })
     }
 
     async fn wait(&self, key: &MailboxKey, timeout: Duration) -> Result<WaitOutcome, MailboxError> {
         let (settled, deadline) = {
-            let slots = self.slots.lock().unwrap();
-            let Some(slot) = slots.get(key) else { return Ok(WaitOutcome::NotFound) };
+            let mut slots = self.slots.lock().unwrap();
+            let Some(slot) = slots.get_mut(key) else { return Ok(WaitOutcome::NotFound) };
             match &slot.state {
-                State::Delivered(v) => return Ok(WaitOutcome::Delivered(v.clone())),
-                State::Deleted => return Ok(WaitOutcome::Deleted),
+                State::Delivered(_) => return Ok(slot.take()),
+                State::Taken | State::Deleted => return Ok(WaitOutcome::Deleted),
                 // Taken under the lock, so a delivery right after it still wakes it.
                 State::Pending => (slot.settled.clone().notified_owned(), slot.deadline),
             }
@@ -112,8 +125,8 @@ impl Mailbox for InMemoryMailbox {
         let wake_by = (Instant::now() + timeout).min(deadline);
         let woken = tokio::time::timeout_at(wake_by.into(), settled).await;
         Ok(match woken {
-            Ok(()) => match self.slots.lock().unwrap().get(key).map(|slot| &slot.state) {
-                Some(State::Delivered(v)) => WaitOutcome::Delivered(v.clone()),
+            Ok(()) => match self.slots.lock().unwrap().get_mut(key) {
+                Some(slot) if matches!(slot.state, State::Delivered(_)) => slot.take(),
                 // Only a settled state wakes the waiter, and the record outlives the deadline
                 // by long: anything else is a deletion.
                 _ => WaitOutcome::Deleted,
@@ -125,7 +138,7 @@ impl Mailbox for InMemoryMailbox {
 
     async fn delete(&self, key: &MailboxKey) -> Result<(), MailboxError> {
         if let Some(slot) = self.slots.lock().unwrap().get_mut(key)
-            && slot.state != State::Deleted
+            && !matches!(slot.state, State::Deleted | State::Taken)
         {
             slot.settle(State::Deleted);
         }

@@ -167,10 +167,13 @@ pub trait Mailbox: Send + Sync + 'static {
     /// node finds the mailbox.
     async fn create(&self, key: &MailboxKey, session: SessionTag, owner: NodeId, ttl: Duration) -> Result<CreateOutcome, MailboxError>;
     /// Deliver at most once, from the session `session` tags (another session's delivery is
-    /// refused with [`DeliverOutcome::WrongSession`] and changes nothing).
+    /// refused with [`DeliverOutcome::WrongSession`] and changes nothing). A delivery to a
+    /// mailbox whose value was delivered, taken or not, is `AlreadyDelivered`.
     async fn deliver(&self, key: &MailboxKey, session: SessionTag, value: Value) -> Result<DeliverOutcome, MailboxError>;
     /// Park until the mailbox is delivered, expired or deleted, or `timeout` passes. Returns at
-    /// once if the delivery was applied before the call.
+    /// once if the delivery was applied before the call. A delivered value is *taken*: the store
+    /// drops it (everywhere) and keeps only the tombstone, so later deliveries are still told
+    /// `AlreadyDelivered` and a second wait gets `Deleted`.
     async fn wait(&self, key: &MailboxKey, timeout: Duration) -> Result<WaitOutcome, MailboxError>;
     /// Remove the mailbox (idempotent); parked waiters wake with `Deleted`, later deliveries are
     /// refused with `Deleted`.

@@ -46,6 +46,8 @@ fn settled(state: &MailboxState) -> Option<WaitOutcome> {
     match state {
         MailboxState::Pending => None,
         MailboxState::Delivered(value) => Some(WaitOutcome::Delivered(value.decode())),
+        // The value went to the owner's wait already; a second wait finds nothing to take.
+        MailboxState::Taken => Some(WaitOutcome::Deleted),
         MailboxState::Expired => Some(WaitOutcome::Expired),
         MailboxState::Deleted => Some(WaitOutcome::Deleted),
     }

@@ -13,8 +13,11 @@ use std::sync::Arc;
 pub type Millis = u64;
 
 /// How long the record of a finished mailbox outlives its deadline, so late answers are told
-/// `Expired`/`Deleted`/`AlreadyDelivered` rather than `NotFound`.
+/// `Expired`/`Deleted`/`AlreadyDelivered` rather than `NotFound`. A delivered value is not
+/// kept that long: it goes once its owner took it (`MailboxRelease`).
 pub const TOMBSTONE_RETENTION_MS: Millis = 10 * 60 * 1000;
+/// Most keys one `MailboxRelease` names.
+pub const MAX_RELEASE_BATCH: usize = 1024;
 /// How long a write's outcome is remembered for a retry of the same write.
 pub const DEDUP_RETENTION_MS: Millis = 5 * 60 * 1000;
 
@@ -46,6 +49,12 @@ pub enum Command {
     },
     MailboxDelete {
         key: MailboxKey,
+    },
+    /// The owners of these delivered mailboxes took their values: drop the values, keep the
+    /// tombstones (a late answer is still told `AlreadyDelivered`). Other states are left as
+    /// they are.
+    MailboxRelease {
+        keys: Vec<MailboxKey>,
     },
     /// Refused (nothing stored) when `max_sessions` live sessions exist already.
     SessionCreate {
@@ -148,7 +157,10 @@ pub enum Wake {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum MailboxState {
     Pending,
+    /// Delivered, the value not taken by its owner yet.
     Delivered(JsonText),
+    /// Delivered, and the owner took the value: only the tombstone is left.
+    Taken,
     Expired,
     Deleted,
 }
@@ -289,7 +301,7 @@ impl StateMachine {
                     // Told before anything about the mailbox's state, which is not theirs to know.
                     Some((_, false)) => DeliverOutcome::WrongSession,
                     Some((state, true)) => match state {
-                        MailboxState::Delivered(_) => DeliverOutcome::AlreadyDelivered,
+                        MailboxState::Delivered(_) | MailboxState::Taken => DeliverOutcome::AlreadyDelivered,
                         MailboxState::Expired => DeliverOutcome::Expired,
                         MailboxState::Deleted => DeliverOutcome::Deleted,
                         MailboxState::Pending => {
@@ -305,6 +317,16 @@ impl StateMachine {
                 if matches!(self.mailboxes.get(key).map(|m| &m.state), Some(MailboxState::Pending | MailboxState::Delivered(_))) {
                     self.finish(key, MailboxState::Deleted);
                     wakes.push(Wake::Deleted(key.clone()));
+                }
+                Response::Done
+            }
+            Command::MailboxRelease { keys } => {
+                for key in keys {
+                    if let Some(mailbox) = self.mailboxes.get_mut(key)
+                        && matches!(mailbox.state, MailboxState::Delivered(_))
+                    {
+                        mailbox.state = MailboxState::Taken;
+                    }
                 }
                 Response::Done
             }
@@ -398,6 +420,10 @@ impl StateMachine {
 mod tests {
     use super::*;
     use crate::protocol::types::{CapabilityFlags, Implementation};
+
+    fn encode(sm: &StateMachine) -> Vec<u8> {
+        crate::peer::codec::encode(sm)
+    }
 
     /// `value` as a JSON string.
     fn text(value: &str) -> JsonText {
@@ -511,6 +537,30 @@ mod tests {
     }
 
     #[test]
+    fn a_taken_value_is_released_and_its_tombstone_still_refuses_late_answers() {
+        let mut sm = StateMachine::default();
+        create(&mut sm, 1000, 1, 500);
+        create(&mut sm, 1000, 2, 500);
+        let big = "v".repeat(100_000);
+        deliver(&mut sm, 1100, 1, &big);
+        assert!(encode(&sm).len() > 100_000, "held until the owner takes it");
+        let release = Command::MailboxRelease { keys: vec![key(1), key(2), key(9)] };
+        let (response, wakes) = sm.apply(&req(1200, release));
+        assert_eq!((response, wakes), (Response::Done, vec![]));
+        assert_eq!(sm.mailbox(&key(1)).unwrap().state, MailboxState::Taken);
+        assert!(encode(&sm).len() < 1_000, "the value is gone from the state");
+        assert_eq!(sm.mailbox(&key(2)).unwrap().state, MailboxState::Pending, "only delivered mailboxes are released");
+        assert!(sm.mailbox(&key(9)).is_none(), "releasing an unknown key creates nothing");
+        // Invariant 2: a second delivery is still refused, and says why.
+        assert_eq!(deliver(&mut sm, 1300, 1, "again").0, Response::Delivered(DeliverOutcome::AlreadyDelivered));
+        // A delete does not turn it into another outcome; the tombstone goes at its time.
+        sm.apply(&req(1301, Command::MailboxDelete { key: key(1) }));
+        assert_eq!(sm.mailbox(&key(1)).unwrap().state, MailboxState::Taken);
+        sm.apply(&req(1500 + TOMBSTONE_RETENTION_MS, Command::Tick));
+        assert!(sm.mailbox(&key(1)).is_none());
+    }
+
+    #[test]
     fn tombstones_are_forgotten_after_retention() {
         let mut sm = StateMachine::default();
         create(&mut sm, 1000, 1, 500);
@@ -596,10 +646,11 @@ mod tests {
         let log: Vec<Request> = (0..200u64)
             .map(|i| {
                 let k = key((i % 17) as u8);
-                let command = match i % 4 {
+                let command = match i % 5 {
                     0 => Command::MailboxCreate { key: k, session: SessionTag::default(), owner: i % 3, ttl_ms: 50 + i },
                     1 => Command::MailboxDeliver { key: k, session: SessionTag::default(), value: text(&i.to_string()) },
                     2 => Command::MailboxDelete { key: k },
+                    3 => Command::MailboxRelease { keys: vec![k, key(((i + 1) % 17) as u8)] },
                     _ => Command::Tick,
                 };
                 Request { now: 1000 + i * 7, write: Some(WriteId { origin: i % 3, serial: i }), command }
