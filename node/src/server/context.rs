@@ -134,9 +134,11 @@ impl RequestContext {
         check_flat_schema(&requested_schema)?;
         // Compile now to refuse a bad schema before asking, but don't hold the validator while
         // parked (it is most of a parked call's memory): rebuild it when an answer is accepted.
-        // Parked, the schema itself is kept as JSON text, a fraction of the size of a `Value`.
+        // Parked, the schema is kept as JSON text, a fraction of the size of a `Value`, and
+        // without its titles and descriptions, which validation does not read: the request on
+        // the stream carries them already, and a parked call keeps nothing twice.
         jsonschema::validator_for(&requested_schema).map_err(|e| ClientRequestError::InvalidSchema(e.to_string()))?;
-        let mut schema_text = requested_schema.to_string();
+        let mut schema_text = without_annotations(&requested_schema).to_string();
         schema_text.shrink_to_fit();
         // Built by moving the schema in (`json!` would copy it and keep the original alive).
         let mut params = Map::new();
@@ -254,6 +256,27 @@ impl Message {
     }
 }
 
+/// `schema` without the keywords that only annotate (`title`, `description`), at every level a
+/// form schema has: the object, its properties, their items and their `oneOf`/`anyOf` branches.
+/// Property names are data, not keywords: a property called `title` stays.
+fn without_annotations(schema: &Value) -> Value {
+    let Value::Object(keywords) = schema else { return schema.clone() };
+    let mut kept = Map::new();
+    for (keyword, value) in keywords {
+        let value = match (keyword.as_str(), value) {
+            ("title" | "description", _) => continue,
+            ("properties", Value::Object(properties)) => {
+                Value::Object(properties.iter().map(|(name, property)| (name.clone(), without_annotations(property))).collect())
+            }
+            ("items", item) => without_annotations(item),
+            ("oneOf" | "anyOf", Value::Array(branches)) => Value::Array(branches.iter().map(without_annotations).collect()),
+            _ => value.clone(),
+        };
+        kept.insert(keyword.clone(), value);
+    }
+    Value::Object(kept)
+}
+
 /// The spec restricts form elicitation to a flat object whose properties are primitives
 /// (string, number, integer, boolean; enums as string or arrays of string enums).
 fn check_flat_schema(schema: &Value) -> Result<(), ClientRequestError> {
@@ -279,6 +302,30 @@ fn check_flat_schema(schema: &Value) -> Result<(), ClientRequestError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_schema_kept_while_parked_has_no_annotations_and_validates_the_same() {
+        let schema = json!({"type": "object", "title": "T", "description": "d".repeat(1000), "required": ["title"], "properties": {
+            "title": {"type": "string", "title": "Title", "description": "x".repeat(1000), "maxLength": 3},
+            "size": {"oneOf": [{"const": "s", "title": "Small"}, {"const": "l", "title": "Large"}]},
+            "tags": {"type": "array", "items": {"type": "string", "enum": ["a"], "description": "a tag"}}
+        }});
+        let kept = without_annotations(&schema);
+        assert_eq!(
+            kept,
+            json!({"type": "object", "required": ["title"], "properties": {
+                "title": {"type": "string", "maxLength": 3},
+                "size": {"oneOf": [{"const": "s"}, {"const": "l"}]},
+                "tags": {"type": "array", "items": {"type": "string", "enum": ["a"]}}
+            }})
+        );
+        let (full, kept) = (jsonschema::validator_for(&schema).unwrap(), jsonschema::validator_for(&kept).unwrap());
+        for content in
+            [json!({"title": "abc", "size": "s", "tags": ["a"]}), json!({"title": "abcd"}), json!({"size": "m", "title": "a"}), json!({})]
+        {
+            assert_eq!(full.is_valid(&content), kept.is_valid(&content), "{content}");
+        }
+    }
 
     #[test]
     fn flat_schema_rules() {

@@ -61,9 +61,11 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
         )
         .tool(
             ToolDef::typed("confirm", |ctx, args: ConfirmArgs| async move {
+                // The action goes to the user once, in the message: a parked call keeps what it
+                // must resend, so the schema does not repeat it.
                 let schema = json!({
                     "type": "object",
-                    "properties": {"confirm": {"type": "boolean", "title": "Confirm", "description": format!("Go ahead with: {}?", args.action)}},
+                    "properties": {"confirm": {"type": "boolean", "title": "Confirm", "description": "Go ahead with the action above?"}},
                     "required": ["confirm"]
                 });
                 let answer = ctx.elicit(format!("Please confirm: {}", args.action), schema).await?;
