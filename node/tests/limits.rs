@@ -118,7 +118,7 @@ async fn a_session_record_keeps_the_capability_flags_not_the_declaration() {
     assert_eq!(res.status(), 200);
     let id = SessionId(res.headers()["mcp-session-id"].to_str().unwrap().to_string());
     assert!(res.json::<Value>().await.unwrap()["result"].is_object());
-    for i in 0..3 {
+    for (i, before) in before.into_iter().enumerate() {
         cluster.raft.node(i).linearize().await.unwrap();
         let record = cluster.raft.node(i).sm.read(|sm| sm.session(&id).map(|s| s.record.clone())).expect("replicated");
         assert_eq!(
@@ -127,7 +127,7 @@ async fn a_session_record_keeps_the_capability_flags_not_the_declaration() {
         );
         assert_eq!(record.client_info.name.len(), MAX_CLIENT_INFO_FIELD_BYTES);
         assert!(record.client_info.title.as_ref().unwrap().len() <= MAX_CLIENT_INFO_FIELD_BYTES);
-        let grown = cluster.state_bytes(i) - before[i];
+        let grown = cluster.state_bytes(i) - before;
         assert!(grown < 2_000, "node {i}: one session grew the replicated state by {grown} bytes");
     }
     assert_eq!(cluster.status(0).await.sessions, 1);
@@ -307,14 +307,14 @@ async fn a_delivered_answer_leaves_every_replica_once_its_owner_took_it() {
     assert_eq!(rest.last().unwrap()["result"]["structuredContent"]["answer"], "confirmed");
     // The owner took it: no replica keeps the value, each keeps the tombstone.
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
-    for i in 0..3 {
+    for (i, empty) in empty.into_iter().enumerate() {
         let states = || cluster.raft.node(i).sm.read(|sm| sm.mailboxes.values().map(|m| m.state.clone()).collect::<Vec<_>>());
         while states().iter().any(|s| matches!(s, MailboxState::Delivered(_))) {
             assert!(tokio::time::Instant::now() < deadline, "node {i} still holds the delivered value");
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         assert_eq!(states(), vec![MailboxState::Taken], "node {i}");
-        let held = cluster.state_bytes(i).saturating_sub(empty[i]);
+        let held = cluster.state_bytes(i).saturating_sub(empty);
         assert!(held < 2_000, "node {i} holds {held} more bytes than before the answer");
     }
     // A late copy of the answer is still refused as a duplicate (invariant 2).
