@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use switchboard_contract::duration::parse_duration;
 use switchboard_contract::env;
+use switchboard_contract::origin::{AllowedOrigin, parse_allowed_host, parse_allowed_origin};
 
 #[derive(Parser, Debug)]
 #[command(name = "switchboard", version, about = "Clustered MCP server runtime")]
@@ -155,9 +156,15 @@ pub struct ServeArgs {
     /// Address of `/metrics`, `/healthz` and `/readyz`.
     #[arg(long, env = env::METRICS_LISTEN, default_value = "0.0.0.0:9090")]
     pub metrics_listen: SocketAddr,
-    /// Host names accepted in Host/Origin (DNS-rebinding protection); `*` accepts any.
-    #[arg(long, env = env::ALLOWED_HOSTS, value_delimiter = ',', default_value = "localhost,127.0.0.1,[::1]")]
+    /// Host names accepted in the Host header (DNS-rebinding protection); `*` accepts any Host
+    /// but never opens the Origin check.
+    #[arg(long, env = env::ALLOWED_HOSTS, value_delimiter = ',', default_value = "localhost,127.0.0.1,[::1]", value_parser = parse_allowed_host)]
     pub allowed_hosts: Vec<String>,
+    /// Origins browser clients may send (`https://app.example.com`, `http://localhost:5173`); a
+    /// request without Origin passes. Default: http and https on any port of each allowed host
+    /// (none for `*`).
+    #[arg(long, env = env::ALLOWED_ORIGINS, value_delimiter = ',', value_parser = parse_allowed_origin)]
+    pub allowed_origins: Vec<AllowedOrigin>,
     /// Largest accepted request body, in bytes.
     #[arg(long, env = env::MAX_BODY_BYTES, default_value_t = 4 * 1024 * 1024)]
     pub max_body_bytes: usize,
@@ -384,6 +391,7 @@ async fn serve(args: ServeArgs) -> Result<(), CliError> {
     let config = http::HttpConfig {
         max_body_bytes: args.max_body_bytes,
         allowed_hosts: args.allowed_hosts.clone(),
+        allowed_origins: args.allowed_origins.clone(),
         standalone_stream: !args.no_standalone_stream,
         ..Default::default()
     };

@@ -38,6 +38,7 @@ pub struct Metrics {
     orphans: Family<Reason, Counter>,
     sessions: Gauge,
     peer_refused: Family<Reason, Counter>,
+    http_refused: Family<Reason, Counter>,
     peer_streams_accepted: Family<Protocol, Counter>,
     raft_term: Gauge,
     raft_leader: Gauge,
@@ -66,6 +67,12 @@ impl Metrics {
         registry.register("sessions_local", "Sessions with state on this node", sessions.clone());
         let peer_refused = Family::<Reason, Counter>::default();
         registry.register("peer_requests_refused", "Peer requests refused, by reason", peer_refused.clone());
+        let http_refused = Family::<Reason, Counter>::default();
+        registry.register(
+            "http_requests_refused",
+            "MCP requests refused before reaching the server, by reason (host: Host not allowed, origin: Origin not allowed)",
+            http_refused.clone(),
+        );
         let peer_streams_accepted = Family::<Protocol, Counter>::default();
         registry.register(
             "peer_streams_accepted",
@@ -87,6 +94,7 @@ impl Metrics {
             orphans,
             sessions,
             peer_refused,
+            http_refused,
             peer_streams_accepted,
             raft_term,
             raft_leader,
@@ -123,6 +131,14 @@ impl Metrics {
 
     pub fn peer_refused_count(&self, reason: &'static str) -> u64 {
         self.peer_refused.get_or_create(&Reason { reason }).get()
+    }
+
+    pub fn http_refused(&self, reason: &'static str) {
+        self.http_refused.get_or_create(&Reason { reason }).inc();
+    }
+
+    pub fn http_refused_count(&self, reason: &'static str) -> u64 {
+        self.http_refused.get_or_create(&Reason { reason }).get()
     }
 
     pub fn peer_stream_accepted(&self, protocol: &'static str) {

@@ -13,6 +13,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
 use std::time::Duration;
+use switchboard_contract::origin::AllowedOrigin;
 use tokio::sync::mpsc;
 
 pub const SESSION_HEADER: &str = "mcp-session-id";
@@ -25,8 +26,11 @@ pub struct HttpConfig {
     pub endpoint: String,
     /// Largest accepted request body, in bytes.
     pub max_body_bytes: usize,
-    /// Host names (without port) accepted in `Host` and `Origin`; `*` accepts any.
+    /// Host names (without port) accepted in `Host`; `*` accepts any Host (and no Origin).
     pub allowed_hosts: Vec<String>,
+    /// Origins accepted in `Origin` (a request without one is not a browser's and passes).
+    /// Empty: `http` and `https` on any port of each named host in `allowed_hosts`.
+    pub allowed_origins: Vec<AllowedOrigin>,
     /// Whether GET opens a standalone server-to-client stream (else 405).
     pub standalone_stream: bool,
     pub keep_alive: Duration,
@@ -44,6 +48,7 @@ impl Default for HttpConfig {
             endpoint: "/mcp".into(),
             max_body_bytes: 4 * 1024 * 1024,
             allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "[::1]".into()],
+            allowed_origins: Vec::new(),
             standalone_stream: true,
             keep_alive: Duration::from_secs(15),
             retry: Duration::from_millis(1000),
@@ -56,6 +61,8 @@ impl Default for HttpConfig {
 struct HttpState {
     server: Server,
     config: HttpConfig,
+    /// The origins browser pages may send: `config.allowed_origins`, or derived from the hosts.
+    origins: Vec<AllowedOrigin>,
     streams: Arc<StreamLogs>,
     /// Reaches streams owned by other replicas (none for a single process).
     relay: Option<Arc<dyn StreamRelay>>,
@@ -86,7 +93,9 @@ impl Endpoint {
     pub fn router(&self, relay: Option<Arc<dyn StreamRelay>>) -> Router {
         let config = &self.config;
         let node = HeaderValue::from_str(&self.server.node_id().to_string()).expect("digits are a valid header");
-        let state = Arc::new(HttpState { server: self.server.clone(), config: config.clone(), streams: self.streams.clone(), relay });
+        let origins = effective_origins(config);
+        let state =
+            Arc::new(HttpState { server: self.server.clone(), config: config.clone(), origins, streams: self.streams.clone(), relay });
         Router::new()
             .route(&config.endpoint, axum::routing::post(post).get(get).delete(delete))
             .layer(middleware::from_fn_with_state(state.clone(), check_host_and_origin))
@@ -159,21 +168,35 @@ fn host_name(authority: &str) -> &str {
     authority.split(':').next().unwrap_or(authority)
 }
 
-/// DNS-rebinding protection: `Host` and (if present) `Origin` must name an allowed host.
+/// The origins `config` lets in: the listed ones, or else `http` and `https` on any port of each
+/// named allowed host (`*` derives none: accepting any Host never accepts any Origin).
+fn effective_origins(config: &HttpConfig) -> Vec<AllowedOrigin> {
+    if !config.allowed_origins.is_empty() {
+        return config.allowed_origins.clone();
+    }
+    config.allowed_hosts.iter().flat_map(|host| AllowedOrigin::any_port_of(host)).collect()
+}
+
+/// DNS-rebinding protection: `Host` must name an allowed host, and `Origin`, when a browser sent
+/// one, an allowed origin. The two lists are separate: `*` in the hosts never opens the origins.
 async fn check_host_and_origin(State(state): State<Shared>, request: Request, next: Next) -> Response {
     let allowed = &state.config.allowed_hosts;
     let ok = |name: &str| allowed.iter().any(|a| a == "*" || a.eq_ignore_ascii_case(name));
     let host = request.headers().get(header::HOST).and_then(|h| h.to_str().ok()).or_else(|| request.uri().authority().map(|a| a.as_str()));
+    let refused = |reason: &'static str, message: String| {
+        tracing::debug!(reason, %message, "request refused before the server");
+        state.server.metrics().http_refused(reason);
+        http_error(StatusCode::FORBIDDEN, message)
+    };
     match host {
         Some(h) if ok(host_name(h)) => {}
-        Some(h) => return http_error(StatusCode::FORBIDDEN, format!("Invalid Host: {h}")),
-        None => return http_error(StatusCode::FORBIDDEN, "missing Host header"),
+        Some(h) => return refused("host", format!("Invalid Host: {h}")),
+        None => return refused("host", "missing Host header".into()),
     }
     if let Some(origin) = request.headers().get(header::ORIGIN) {
-        let origin = origin.to_str().unwrap_or("");
-        let authority = origin.split_once("://").map(|(_, rest)| rest).unwrap_or("");
-        if !ok(host_name(authority)) {
-            return http_error(StatusCode::FORBIDDEN, format!("Invalid Origin: {origin}"));
+        let origin = origin.to_str().unwrap_or("<non-ASCII>");
+        if !state.origins.iter().any(|allowed| allowed.admits(origin)) {
+            return refused("origin", format!("Invalid Origin: {origin}"));
         }
     }
     next.run(request).await
