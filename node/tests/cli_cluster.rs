@@ -52,8 +52,13 @@ fn spawn(id: u64, dir: &Path, secret: &Path, membership: &[&str], peer_port: u16
 }
 
 async fn status(peer: &str, secret: &Path) -> Option<Value> {
-    let out =
-        Command::new(BIN).args(["cluster", "--peer", peer, "--cluster-secret-file"]).arg(secret).arg("status").output().await.unwrap();
+    let out = Command::new(BIN)
+        .args(["cluster", "-o", "json", "--peer", peer, "--cluster-secret-file"])
+        .arg(secret)
+        .arg("status")
+        .output()
+        .await
+        .unwrap();
     out.status.success().then(|| serde_json::from_slice(&out.stdout).unwrap())
 }
 

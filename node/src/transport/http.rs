@@ -1,5 +1,6 @@
 //! Streamable HTTP transport: one endpoint, POST/GET/DELETE, JSON or SSE chosen lazily.
 
+pub use super::connections::{ConnectionLimits, serve, serve_limited};
 use super::sse::{EventLog, RelayError, StreamLogs, StreamRelay, StreamSink};
 use crate::protocol::jsonrpc::{self, ErrorObject, Message};
 use crate::protocol::types::ProtocolVersion;
@@ -40,6 +41,8 @@ pub struct HttpConfig {
     pub stream_retention: Duration,
     /// Events kept per stream for resumption.
     pub stream_capacity: usize,
+    /// Bounds on the connections of every port the node serves (MCP, peer, metrics).
+    pub connections: ConnectionLimits,
 }
 
 impl Default for HttpConfig {
@@ -54,6 +57,7 @@ impl Default for HttpConfig {
             retry: Duration::from_millis(1000),
             stream_retention: Duration::from_secs(300),
             stream_capacity: 1024,
+            connections: ConnectionLimits::default(),
         }
     }
 }
@@ -125,29 +129,6 @@ impl Endpoint {
 /// The MCP endpoint of a single process as an axum router.
 pub fn router(server: Server, config: HttpConfig) -> Router {
     Endpoint::new(server, config).router(None)
-}
-
-/// Serve `router` on `listener` with TCP_NODELAY (small SSE writes must not wait for ACKs) and
-/// keepalive probes (a peer or client that vanished without closing its long-lived connection
-/// is noticed within about half a minute, and its task ends).
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    router: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(tuned(listener), router).with_graceful_shutdown(shutdown).await
-}
-
-/// `listener` with every accepted connection tuned (see [`serve`]).
-fn tuned(listener: tokio::net::TcpListener) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr> {
-    use axum::serve::ListenerExt;
-    listener.tap_io(|tcp| tune(tcp))
-}
-
-fn tune(tcp: &tokio::net::TcpStream) {
-    let keepalive = socket2::TcpKeepalive::new().with_time(Duration::from_secs(15)).with_interval(Duration::from_secs(5)).with_retries(3);
-    let _ = tcp.set_nodelay(true);
-    let _ = socket2::SockRef::from(tcp).set_tcp_keepalive(&keepalive);
 }
 
 /// An HTTP error with a JSON-RPC error body (id null), as the spec suggests.
@@ -398,19 +379,6 @@ async fn delete(State(state): State<Shared>, headers: HeaderMap) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test]
-    async fn accepted_connections_get_nodelay_and_keepalive() {
-        use axum::serve::Listener;
-        // The listener `serve` accepts with, not a socket tuned by hand.
-        let mut listener = tuned(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap());
-        let _client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
-        let (accepted, _) = listener.accept().await;
-        let socket = socket2::SockRef::from(&accepted);
-        assert!(accepted.nodelay().unwrap());
-        assert!(socket.keepalive().unwrap());
-        assert_eq!(socket.tcp_keepalive_time().unwrap(), Duration::from_secs(15));
-    }
 
     fn accept(v: &str) -> HeaderMap {
         let mut h = HeaderMap::new();
