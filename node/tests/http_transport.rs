@@ -136,7 +136,8 @@ async fn hosts_and_origins_are_separate_lists() {
     };
     // (allowed hosts, allowed origins, Host sent (None: the server's address), Origin sent,
     //  refused because of: None for 200, else the header that made it 403)
-    let table: &[(&[&str], &[&str], Option<&str>, Option<&str>, Option<&str>)] = &[
+    type Row<'a> = (&'a [&'a str], &'a [&'a str], Option<&'a str>, Option<&'a str>, Option<&'a str>);
+    let table: &[Row] = &[
         // The defaults: loopback hosts, their http(s) origins on any port.
         (&["localhost", "127.0.0.1", "[::1]"], &[], None, None, None),
         (&["localhost", "127.0.0.1", "[::1]"], &[], Some("evil.example.com"), None, Some("host")),
