@@ -85,6 +85,14 @@ pub struct Endpoint {
 impl Endpoint {
     pub fn new(server: Server, config: HttpConfig) -> Arc<Endpoint> {
         let streams = StreamLogs::new(server.node_id(), server.sealer().clone(), config.stream_retention, config.stream_capacity);
+        // A session that ends (expired, or deleted through another replica) takes its streams
+        // with it, standalone or not; held weakly, so the server does not keep them alive.
+        let held = Arc::downgrade(&streams);
+        server.on_session_end(move |session| {
+            if let Some(streams) = held.upgrade() {
+                streams.forget_session(session);
+            }
+        });
         Arc::new(Endpoint { server, config, streams })
     }
 
@@ -379,6 +387,31 @@ async fn delete(State(state): State<Shared>, headers: HeaderMap) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A session that ends while this endpoint keeps streams of it (expired here by TTL) takes
+    /// them along: the endpoint hears of it through the server's session-end hook.
+    #[tokio::test]
+    async fn an_ended_session_takes_its_streams_with_it() {
+        use crate::mailbox::InMemoryMailbox;
+        use crate::server::{ServerBuilder, ServerConfig};
+        use crate::session::InMemorySessionStore;
+        let config = ServerConfig { local_sweep_interval: Duration::from_millis(20), ..Default::default() };
+        let server = ServerBuilder::new("t", "1")
+            .config(config)
+            .build(Arc::new(InMemoryMailbox::new()), Arc::new(InMemorySessionStore::new(Duration::from_millis(100))));
+        let endpoint = Endpoint::new(server.clone(), HttpConfig::default());
+        let params = serde_json::json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "c", "version": "1"}});
+        let (record, _) = server.initialize(Some(params)).await.unwrap();
+        let (standalone, _) = endpoint.streams.standalone(&record.id, true);
+        server.attach_notifier(&record.id, Outbound::new(StreamSink::new(standalone.clone())));
+        let posted = endpoint.streams.open(&record.id, true);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while endpoint.streams.find(standalone.stream).is_some() || endpoint.streams.find(posted.stream).is_some() {
+            assert!(tokio::time::Instant::now() < deadline, "the expired session's streams are still kept");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(endpoint.streams.standalone(&record.id, true).1, "its standalone stream is forgotten too");
+    }
 
     fn accept(v: &str) -> HeaderMap {
         let mut h = HeaderMap::new();
