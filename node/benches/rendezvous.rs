@@ -16,7 +16,7 @@ use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use switchboard_node::mailbox::{DeliverOutcome, Mailbox, MailboxKey, WaitOutcome};
+use switchboard_node::mailbox::{DeliverOutcome, Mailbox, MailboxKey, SessionTag, WaitOutcome};
 use switchboard_node::raft::{RaftMailbox, RaftNodeConfig};
 
 const LATENCY_SAMPLES: usize = 1000;
@@ -37,8 +37,8 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 /// One rendezvous: create on the owner, park there, deliver elsewhere, wake.
 async fn round_trip(owner: &impl Mailbox, deliverer: &impl Mailbox) {
     let key = MailboxKey::random();
-    owner.create(&key, 0, TTL).await.unwrap();
-    let (delivered, woke) = tokio::join!(deliverer.deliver(&key, json!({"ok": true})), owner.wait(&key, TTL));
+    owner.create(&key, SessionTag::default(), 0, TTL).await.unwrap();
+    let (delivered, woke) = tokio::join!(deliverer.deliver(&key, SessionTag::default(), json!({"ok": true})), owner.wait(&key, TTL));
     assert_eq!(delivered.unwrap(), DeliverOutcome::Delivered);
     assert!(matches!(woke.unwrap(), WaitOutcome::Delivered(_)));
 }
@@ -100,11 +100,11 @@ async fn phases(owner: &RaftMailbox, deliverer: &RaftMailbox, leader: &RaftMailb
     for _ in 0..300 {
         let key = MailboxKey::random();
         let t = Instant::now();
-        leader.create(&key, 0, TTL).await.unwrap();
+        leader.create(&key, SessionTag::default(), 0, TTL).await.unwrap();
         create_on_leader.push(t.elapsed());
         let key = MailboxKey::random();
         let t = Instant::now();
-        owner.create(&key, 0, TTL).await.unwrap();
+        owner.create(&key, SessionTag::default(), 0, TTL).await.unwrap();
         create.push(t.elapsed());
         let waiter = {
             let (owner, key) = (owner.clone(), key.clone());
@@ -115,7 +115,7 @@ async fn phases(owner: &RaftMailbox, deliverer: &RaftMailbox, leader: &RaftMailb
         };
         tokio::task::yield_now().await;
         let t = Instant::now();
-        deliverer.deliver(&key, json!({"ok": true})).await.unwrap();
+        deliverer.deliver(&key, SessionTag::default(), json!({"ok": true})).await.unwrap();
         let acked = Instant::now();
         deliver.push(acked - t);
         wake_lag.push(waiter.await.unwrap().saturating_duration_since(acked));
@@ -155,9 +155,11 @@ mod redis_rendezvous {
 
     #[async_trait::async_trait]
     impl Mailbox for RedisMailbox {
+        // The Redis reference keeps no session binding (the bench measures the rendezvous alone).
         async fn create(
             &self,
             key: &MailboxKey,
+            _: SessionTag,
             _: u64,
             ttl: Duration,
         ) -> Result<switchboard_node::mailbox::CreateOutcome, switchboard_node::mailbox::MailboxError> {
@@ -176,6 +178,7 @@ mod redis_rendezvous {
         async fn deliver(
             &self,
             key: &MailboxKey,
+            _: SessionTag,
             value: serde_json::Value,
         ) -> Result<DeliverOutcome, switchboard_node::mailbox::MailboxError> {
             let mut con = self.shared.clone();

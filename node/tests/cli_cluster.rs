@@ -97,6 +97,21 @@ async fn processes_form_a_cluster_a_node_joins_and_one_restarts() {
     nodes.push(spawn(3, dir.path(), &secret, &["--join", &joiner], ports[3]));
     wait_until(&nodes[0].peer, &secret, "the fourth voter", |s| s["voters"].as_array().map(Vec::len) == Some(4)).await;
 
+    // For people, by default: a table with a row per member and the leader marked.
+    let out = Command::new(BIN)
+        .args(["cluster", "--peer", &nodes[0].peer, "--cluster-secret-file"])
+        .arg(&secret)
+        .arg("status")
+        .output()
+        .await
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(lines[0].starts_with("node 0 sees: leader "), "{table}");
+    assert_eq!(lines[1].split_whitespace().collect::<Vec<_>>(), ["ID", "ROLE", "ADDRESS", "LEADER", "LAG"], "{table}");
+    assert_eq!(lines.len(), 2 + 4, "four members: {table}");
+    assert_eq!(lines[2..].iter().filter(|l| l.split_whitespace().nth(3) == Some("*")).count(), 1, "one leader: {table}");
+
     // Wrong secret: refused with a clear error.
     let wrong = dir.path().join("wrong");
     std::fs::write(&wrong, "nope").unwrap();
@@ -137,7 +152,7 @@ async fn bad_flags_are_refused_with_clear_errors() {
         (vec!["serve", "--node-id", "0", "--encryption-key-file", "short-key"], "invalid id-encryption key"),
         (vec!["serve", "--node-id", "0", "--encryption-key-file", "missing"], "could not read missing"),
         (vec!["serve", "--node-id", "0", "--peers", "0=127.0.0.1:1"], "--encryption-key-file is required"),
-        (vec!["serve", "--elicitation-timeout", "soon"], "\"soon\" does not start with a number"),
+        (vec!["serve", "--elicitation-timeout", "soon"], "invalid value 'soon' for '--elicitation-timeout"),
         (vec!["serve", "--heartbeat-interval", "2s", "--election-timeout", "1s", "--node-id", "0"], "must be longer"),
         (vec!["serve", "--allowed-origins", "*"], "* is not an origin"),
         (vec!["serve", "--allowed-origins", "https://app.example.com/"], "is not an origin: write http://HOST or https://HOST"),

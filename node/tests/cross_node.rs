@@ -8,6 +8,7 @@ use common::{RawClient, countdown_broken_after, data, progress_values, read_even
 use serde_json::json;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 use switchboard_node::cluster::ClusterStores;
 use switchboard_node::server::ServerConfig;
 use switchboard_node::server::correlation::IdSealer;
@@ -60,10 +61,12 @@ async fn a_session_made_on_one_node_works_on_every_node_at_once() {
     cluster.raft.node(2).linearize().await.unwrap();
     let messages = on(&client, &cluster, 2).request(11, "tools/call", json!({"name": "test_tool_with_logging", "arguments": {}})).await;
     assert!(messages.iter().all(|m| m["method"] != "notifications/message"), "info logs filtered: {messages:?}");
-    // DELETE on node 2 ends it everywhere.
+    // DELETE on node 2 ends it everywhere, once each replica has applied the deletion (like the
+    // log level above: within the replication lag).
     let res = client.http.delete(&cluster.urls[2]).header("mcp-session-id", client.session.clone().unwrap()).send().await.unwrap();
     assert!(res.status().is_success());
     for i in 0..3 {
+        cluster.raft.node(i).linearize().await.unwrap();
         let res = on(&client, &cluster, i).post(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).send().await.unwrap();
         assert_eq!(res.status(), 404, "node {i}");
     }
@@ -92,6 +95,55 @@ async fn an_answer_to_another_node_wakes_the_tool_on_its_owner() {
     let rest = data(&read_events(&mut res, usize::MAX, &mut buffer).await);
     assert_eq!(rest.last().unwrap()["result"]["structuredContent"]["answer"], "confirmed");
     assert!(cluster.servers[2].metrics().encode().contains("switchboard_answers_delivered_total 1"));
+    cluster.raft.stop_all().await;
+}
+
+/// Invariant 4: an answer that reaches a replica cut off from the quorum is not acknowledged
+/// (503 with Retry-After, nothing stored), and the same answer sent again after the partition
+/// heals is delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_that_cannot_be_committed_gets_a_retryable_503_and_its_retry_delivers() {
+    let mut cluster = start().await;
+    let leader = cluster.raft.wait_for_leader(Duration::from_secs(10)).await;
+    let (owner, cut) = match leader {
+        0 => (1, 2),
+        1 => (0, 2),
+        _ => (0, 1),
+    };
+    let mut client = RawClient::new(&cluster.urls[owner]);
+    client.initialize().await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "confirm", "arguments": {"action": "ship"}}});
+    let mut res = client.post(call.to_string()).send().await.unwrap();
+    let mut buffer = String::new();
+    let request = loop {
+        let events = read_events(&mut res, 1, &mut buffer).await;
+        if let Some(m) = data(&events).into_iter().find(|m| m["method"] == "elicitation/create") {
+            break m;
+        }
+    };
+    let answer = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"action": "accept", "content": {"confirm": true}}});
+    // The replica the answer reaches can no longer commit anything.
+    cluster.raft.partition(cut);
+    let refused = on(&client, &cluster, cut).post(answer.to_string()).send().await.unwrap();
+    assert_eq!(refused.status(), 503, "an uncommitted answer is not acknowledged");
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert!(body["error"]["message"].as_str().unwrap().contains("send it again"), "{body}");
+    assert!(cluster.servers[cut].metrics().encode().contains(r#"reason="unavailable""#));
+    cluster.raft.heal();
+    // The client's retry, to the same replica, is delivered and wakes the tool on its owner.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let retry = on(&client, &cluster, cut).post(answer.to_string()).send().await.unwrap();
+        if retry.status() == 202 {
+            break;
+        }
+        assert_eq!(retry.status(), 503, "only a retryable refusal while the replica catches up");
+        assert!(tokio::time::Instant::now() < deadline, "the retry was never delivered");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let rest = data(&read_events(&mut res, usize::MAX, &mut buffer).await);
+    assert_eq!(rest.last().unwrap()["result"]["structuredContent"]["answer"], "confirmed");
     cluster.raft.stop_all().await;
 }
 

@@ -5,6 +5,7 @@ mod common;
 use common::{ACCEPT_BOTH, RawClient, parse_sse, read_events, start, start_default};
 use serde_json::{Value, json};
 use std::time::Duration;
+use switchboard_node::protocol::jsonrpc::RequestId;
 use switchboard_node::server::ServerConfig;
 use switchboard_node::transport::http::HttpConfig;
 
@@ -248,7 +249,7 @@ async fn forged_and_cross_session_answers_are_dropped_and_the_real_one_wins() {
     let request = read_until_request(&mut res, &mut buffer).await;
     assert_eq!(request["method"], "elicitation/create");
     let id = request["id"].as_str().unwrap().to_string();
-    assert!(id.starts_with("sb1."), "sealed id: {id}");
+    assert!(id.starts_with("sb2."), "sealed id: {id}");
 
     let answer = |id: &str| json!({"jsonrpc": "2.0", "id": id, "result": {"action": "accept", "content": {"confirm": true}}}).to_string();
     let mut tampered = id.clone().into_bytes();
@@ -268,6 +269,37 @@ async fn forged_and_cross_session_answers_are_dropped_and_the_real_one_wins() {
     // A second copy of the real answer is a counted duplicate.
     assert_eq!(owner.post(answer(&id)).send().await.unwrap().status(), 202);
     assert_eq!(srv.server.metrics().orphan_count("deleted") + srv.server.metrics().orphan_count("duplicate"), 1);
+}
+
+/// The attack on the old fingerprint construction ended with a victim's id re-sealed for the
+/// attacker's session. Should a seal ever be broken again, the mailbox itself still refuses an
+/// answer from any session but its own: here the id is re-sealed with the real key, as the
+/// attacker would have done.
+#[tokio::test]
+async fn an_id_rebound_to_another_session_is_refused_by_the_mailbox_as_wrong_session() {
+    let srv = start_default().await;
+    let mut victim = RawClient::new(&srv.url);
+    victim.initialize().await;
+    let mut attacker = RawClient::new(&srv.url);
+    attacker.initialize().await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "confirm", "arguments": {"action": "delete production"}}});
+    let mut res = victim.post(call.to_string()).send().await.unwrap();
+    let mut buffer = String::new();
+    let request = read_until_request(&mut res, &mut buffer).await;
+    let leaked = RequestId::String(request["id"].as_str().unwrap().to_string());
+    let sealer = srv.server.sealer();
+    let opened = sealer.open_request(&leaked, victim.session.as_deref().unwrap(), 0).unwrap();
+    let rebound = sealer.seal_request(&opened, attacker.session.as_deref().unwrap());
+    let answer =
+        |id: &RequestId| json!({"jsonrpc": "2.0", "id": id, "result": {"action": "accept", "content": {"confirm": true}}}).to_string();
+    assert_eq!(attacker.post(answer(&rebound)).send().await.unwrap().status(), 202);
+    assert_eq!(srv.server.metrics().orphan_count("wrong_session"), 1, "refused by the mailbox");
+    // The victim's call is still waiting, and their own answer is the one that counts.
+    let decline = json!({"jsonrpc": "2.0", "id": &leaked, "result": {"action": "decline"}}).to_string();
+    assert_eq!(victim.post(decline).send().await.unwrap().status(), 202);
+    let rest = read_events(&mut res, usize::MAX, &mut buffer).await;
+    let result: Value = serde_json::from_str(&rest.last().unwrap().data).unwrap();
+    assert_ne!(result["result"]["structuredContent"]["answer"], "confirmed", "{result}");
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@ use common::cluster::TestCluster;
 use openraft::async_runtime::WatchReceiver;
 use serde_json::json;
 use std::time::Duration;
-use switchboard_node::mailbox::{DeliverOutcome, Mailbox, MailboxKey, WaitOutcome};
+use switchboard_node::mailbox::{DeliverOutcome, Mailbox, MailboxKey, SessionTag, WaitOutcome};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parked_waiter_survives_the_leader_being_killed() {
@@ -16,7 +16,7 @@ async fn a_parked_waiter_survives_the_leader_being_killed() {
     let owner = (leader + 1) % 3;
     let other = (leader + 2) % 3;
     let key = MailboxKey::random();
-    cluster.mailbox(owner).create(&key, owner as u64, Duration::from_secs(60)).await.unwrap();
+    cluster.mailbox(owner).create(&key, SessionTag::default(), owner as u64, Duration::from_secs(60)).await.unwrap();
     let waiter = {
         let (store, key) = (cluster.mailbox(owner), key.clone());
         tokio::spawn(async move { store.wait(&key, Duration::from_secs(30)).await.unwrap() })
@@ -26,7 +26,10 @@ async fn a_parked_waiter_survives_the_leader_being_killed() {
     let new_leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
     assert_ne!(new_leader, leader);
     // Deliver through the member that is not the owner.
-    assert_eq!(cluster.mailbox(other).deliver(&key, json!("after failover")).await.unwrap(), DeliverOutcome::Delivered);
+    assert_eq!(
+        cluster.mailbox(other).deliver(&key, SessionTag::default(), json!("after failover")).await.unwrap(),
+        DeliverOutcome::Delivered
+    );
     let woke = tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("waiter wakes").unwrap();
     assert_eq!(woke, WaitOutcome::Delivered(json!("after failover")));
 
@@ -42,9 +45,9 @@ async fn deliver_many(cluster: &TestCluster, via: usize, count: usize) -> Vec<(M
     let mut acked = Vec::new();
     for i in 0..count {
         let key = MailboxKey::random();
-        cluster.mailbox(via).create(&key, via as u64, Duration::from_secs(600)).await.unwrap();
+        cluster.mailbox(via).create(&key, SessionTag::default(), via as u64, Duration::from_secs(600)).await.unwrap();
         let value = json!({"n": i});
-        assert_eq!(cluster.mailbox(via).deliver(&key, value.clone()).await.unwrap(), DeliverOutcome::Delivered);
+        assert_eq!(cluster.mailbox(via).deliver(&key, SessionTag::default(), value.clone()).await.unwrap(), DeliverOutcome::Delivered);
         acked.push((key, value));
     }
     acked
@@ -104,14 +107,17 @@ async fn a_partitioned_minority_refuses_writes_while_the_majority_serves() {
     let isolated = (leader + 1) % 3;
     let majority = (leader + 2) % 3;
     let key = MailboxKey::random();
-    cluster.mailbox(leader).create(&key, leader as u64, Duration::from_secs(600)).await.unwrap();
+    cluster.mailbox(leader).create(&key, SessionTag::default(), leader as u64, Duration::from_secs(600)).await.unwrap();
     let acked_before = deliver_many(&cluster, majority, 3).await;
 
     cluster.partition(isolated);
-    let err = cluster.mailbox(isolated).deliver(&key, json!("from the minority")).await.unwrap_err();
+    let err = cluster.mailbox(isolated).deliver(&key, SessionTag::default(), json!("from the minority")).await.unwrap_err();
     assert!(err.to_string().contains("not committed"), "a clear error: {err}");
     // The majority goes on, and its answer wins.
-    assert_eq!(cluster.mailbox(majority).deliver(&key, json!("from the majority")).await.unwrap(), DeliverOutcome::Delivered);
+    assert_eq!(
+        cluster.mailbox(majority).deliver(&key, SessionTag::default(), json!("from the majority")).await.unwrap(),
+        DeliverOutcome::Delivered
+    );
     let acked_during = deliver_many(&cluster, majority, 3).await;
 
     cluster.heal();

@@ -9,7 +9,7 @@ use openraft::testing::log::{StoreBuilder, Suite};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
-use switchboard_node::mailbox::{DeliverOutcome, Mailbox, MailboxKey, WaitOutcome, contract};
+use switchboard_node::mailbox::{DeliverOutcome, Mailbox, MailboxKey, SessionTag, WaitOutcome, contract};
 use switchboard_node::protocol::types::{ClientCapabilities, Implementation, LogLevel};
 use switchboard_node::raft::log_store::LogStore;
 use switchboard_node::raft::sm_store::StateMachineStore;
@@ -53,7 +53,7 @@ async fn mailbox_contract_on_three_nodes_from_a_follower() {
 async fn a_delivery_on_one_node_wakes_the_waiter_on_another() {
     let mut cluster = TestCluster::start(3).await;
     let key = MailboxKey::random();
-    cluster.mailbox(1).create(&key, 1, Duration::from_secs(30)).await.unwrap();
+    cluster.mailbox(1).create(&key, SessionTag::default(), 1, Duration::from_secs(30)).await.unwrap();
     let waiter = {
         let store = cluster.mailbox(1);
         let key = key.clone();
@@ -65,11 +65,11 @@ async fn a_delivery_on_one_node_wakes_the_waiter_on_another() {
         assert!(tokio::time::Instant::now() < deadline, "the waiter never parked");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert_eq!(cluster.mailbox(2).deliver(&key, json!({"answer": 42})).await.unwrap(), DeliverOutcome::Delivered);
+    assert_eq!(cluster.mailbox(2).deliver(&key, SessionTag::default(), json!({"answer": 42})).await.unwrap(), DeliverOutcome::Delivered);
     assert_eq!(waiter.await.unwrap(), WaitOutcome::Delivered(json!({"answer": 42})));
     // Every replica agrees on the outcome.
     for i in 0..3 {
-        assert_eq!(cluster.mailbox(i).deliver(&key, json!(0)).await.unwrap(), DeliverOutcome::AlreadyDelivered);
+        assert_eq!(cluster.mailbox(i).deliver(&key, SessionTag::default(), json!(0)).await.unwrap(), DeliverOutcome::AlreadyDelivered);
     }
     cluster.stop_all().await;
 }
@@ -167,7 +167,7 @@ async fn peer_requests_without_the_secret_are_refused_and_change_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_cluster_keeps_its_replication_connections() {
     let mut cluster = TestCluster::start_direct(3, |_| {}).await;
-    cluster.mailbox(0).create(&MailboxKey::random(), 0, Duration::from_secs(30)).await.unwrap();
+    cluster.mailbox(0).create(&MailboxKey::random(), SessionTag::default(), 0, Duration::from_secs(30)).await.unwrap();
     let accepted = |c: &TestCluster| (0..3).map(|i| c.metrics[i].peer_streams_accepted_count("switchboard-raft-append")).sum::<u64>();
     let before = accepted(&cluster);
     assert!(before >= 2, "one replication connection per follower at least: {before}");

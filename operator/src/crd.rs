@@ -350,6 +350,9 @@ pub mod condition {
     pub const READY: &str = "Ready";
     pub const PROGRESSING: &str = "Progressing";
     pub const DEGRADED: &str = "Degraded";
+    /// False when the replica count tolerates no failure (1 or 2) or no more than the odd count
+    /// below it (an even count).
+    pub const FAULT_TOLERANT: &str = "FaultTolerant";
 }
 
 /// The CRD as YAML: what `switchboard-operator crd` prints and `crds/mcpserver.yaml` holds.

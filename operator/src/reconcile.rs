@@ -459,10 +459,27 @@ pub fn conditions(o: &Observed, previous: &[Condition], generation: Option<i64>,
         }
         None => (false, "AsExpected", "no problems".to_string()),
     };
+    let tolerated = crate::builders::policy::tolerated_failures(o.desired);
+    let (tolerant, tolerance_reason, tolerance_message) = if tolerated == 0 {
+        (
+            false,
+            "NoFaultTolerance",
+            format!("{} replicas: one failure stops writes, and the disruption budget blocks every drain; use 3 or more", o.desired),
+        )
+    } else if o.desired % 2 == 0 {
+        (
+            false,
+            "EvenReplicas",
+            format!("{} replicas tolerate {tolerated} failure(s), no more than {}; an odd count is better", o.desired, o.desired - 1),
+        )
+    } else {
+        (true, "MajoritySurvives", format!("{} replicas tolerate {tolerated} failure(s) or voluntary disruption(s)", o.desired))
+    };
     vec![
         condition(condition::READY, ready, ready_reason, ready_message, generation, now, previous),
         condition(condition::PROGRESSING, progressing, progress_reason, progress_message, generation, now, previous),
         condition(condition::DEGRADED, degraded, degraded_reason, degraded_message, generation, now, previous),
+        condition(condition::FAULT_TOLERANT, tolerant, tolerance_reason, tolerance_message, generation, now, previous),
     ]
 }
 

@@ -406,10 +406,10 @@ http {{
     # ---- observation -----------------------------------------------------------------------
 
     def status(self, node: int, timeout: float = 10.0) -> dict:
-        """`switchboard cluster status` through node `node`'s peer port."""
+        """`switchboard cluster status -o json` through node `node`'s peer port."""
         assert self.binary and self.secret_file
         cmd = [
-            str(self.binary), "cluster",
+            str(self.binary), "cluster", "-o", "json",
             "--peer", self.nodes[node].peer_addr,
             "--cluster-secret-file", str(self.secret_file),
             "status",

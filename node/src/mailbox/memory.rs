@@ -1,7 +1,7 @@
 //! A single-process mailbox: what `switchboard stdio` and a one-node `serve` use, and the
 //! reference the replicated store is tested against.
 
-use super::{CreateOutcome, DeliverOutcome, Mailbox, MailboxError, MailboxKey, NodeId, WaitOutcome, check_ttl};
+use super::{CreateOutcome, DeliverOutcome, Mailbox, MailboxError, MailboxKey, NodeId, SessionTag, WaitOutcome, check_ttl};
 use async_trait::async_trait;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -20,6 +20,7 @@ enum State {
 }
 
 struct Slot {
+    session: SessionTag,
     deadline: Instant,
     state: State,
     /// Wakes the waiter when the state leaves `Pending` (a `Notify` rather than a watch
@@ -64,7 +65,7 @@ impl InMemoryMailbox {
 
 #[async_trait]
 impl Mailbox for InMemoryMailbox {
-    async fn create(&self, key: &MailboxKey, _owner: NodeId, ttl: Duration) -> Result<CreateOutcome, MailboxError> {
+    async fn create(&self, key: &MailboxKey, session: SessionTag, _owner: NodeId, ttl: Duration) -> Result<CreateOutcome, MailboxError> {
         check_ttl(ttl)?;
         let now = Instant::now();
         let mut slots = self.slots.lock().unwrap();
@@ -74,13 +75,16 @@ impl Mailbox for InMemoryMailbox {
         if slots.contains_key(key) {
             return Ok(CreateOutcome::AlreadyExists);
         }
-        slots.insert(key.clone(), Slot { deadline: now + ttl, state: State::Pending, settled: Arc::default() });
+        slots.insert(key.clone(), Slot { session, deadline: now + ttl, state: State::Pending, settled: Arc::default() });
         Ok(CreateOutcome::Created)
     }
 
-    async fn deliver(&self, key: &MailboxKey, value: Value) -> Result<DeliverOutcome, MailboxError> {
+    async fn deliver(&self, key: &MailboxKey, session: SessionTag, value: Value) -> Result<DeliverOutcome, MailboxError> {
         let mut slots = self.slots.lock().unwrap();
         let Some(slot) = slots.get_mut(key) else { return Ok(DeliverOutcome::NotFound) };
+        if slot.session != session {
+            return Ok(DeliverOutcome::WrongSession);
+        }
         if slot.expired(Instant::now()) {
             return Ok(DeliverOutcome::Expired);
         }
@@ -143,9 +147,9 @@ mod tests {
     async fn pending_counts_only_open_mailboxes() {
         let mailbox = InMemoryMailbox::new();
         let (a, b) = (MailboxKey::random(), MailboxKey::random());
-        mailbox.create(&a, 0, Duration::from_secs(60)).await.unwrap();
-        mailbox.create(&b, 0, Duration::from_secs(60)).await.unwrap();
-        mailbox.deliver(&a, serde_json::json!(1)).await.unwrap();
+        mailbox.create(&a, SessionTag::default(), 0, Duration::from_secs(60)).await.unwrap();
+        mailbox.create(&b, SessionTag::default(), 0, Duration::from_secs(60)).await.unwrap();
+        mailbox.deliver(&a, SessionTag::default(), serde_json::json!(1)).await.unwrap();
         assert_eq!(mailbox.pending(), 1);
     }
 }

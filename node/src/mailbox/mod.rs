@@ -97,6 +97,12 @@ pub enum CreateOutcome {
 }
 
 /// What happened to a delivery. Only `Delivered` means the value will reach the waiter.
+/// Which session a mailbox belongs to: a keyed hash of the session id (never the id itself), set
+/// at create and compared at deliver. A second line behind sealed ids: an id re-bound to another
+/// session, should its seal ever be broken, still cannot deliver into this mailbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct SessionTag(pub [u8; 16]);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DeliverOutcome {
     Delivered,
@@ -108,6 +114,8 @@ pub enum DeliverOutcome {
     Deleted,
     /// No such mailbox was ever created (or its record is long gone).
     NotFound,
+    /// The mailbox belongs to another session; nothing changed.
+    WrongSession,
 }
 
 impl DeliverOutcome {
@@ -119,6 +127,7 @@ impl DeliverOutcome {
             DeliverOutcome::Expired => "expired",
             DeliverOutcome::Deleted => "deleted",
             DeliverOutcome::NotFound => "unknown",
+            DeliverOutcome::WrongSession => "wrong_session",
         }
     }
 }
@@ -154,10 +163,12 @@ pub fn check_ttl(ttl: Duration) -> Result<(), MailboxError> {
 /// The rendezvous contract every backend (in-memory, Raft) implements.
 #[async_trait]
 pub trait Mailbox: Send + Sync + 'static {
-    /// Create-if-absent. Once this returns, a `deliver` on any node finds the mailbox.
-    async fn create(&self, key: &MailboxKey, owner: NodeId, ttl: Duration) -> Result<CreateOutcome, MailboxError>;
-    /// Deliver at most once.
-    async fn deliver(&self, key: &MailboxKey, value: Value) -> Result<DeliverOutcome, MailboxError>;
+    /// Create-if-absent, for the session `session` tags. Once this returns, a `deliver` on any
+    /// node finds the mailbox.
+    async fn create(&self, key: &MailboxKey, session: SessionTag, owner: NodeId, ttl: Duration) -> Result<CreateOutcome, MailboxError>;
+    /// Deliver at most once, from the session `session` tags (another session's delivery is
+    /// refused with [`DeliverOutcome::WrongSession`] and changes nothing).
+    async fn deliver(&self, key: &MailboxKey, session: SessionTag, value: Value) -> Result<DeliverOutcome, MailboxError>;
     /// Park until the mailbox is delivered, expired or deleted, or `timeout` passes. Returns at
     /// once if the delivery was applied before the call.
     async fn wait(&self, key: &MailboxKey, timeout: Duration) -> Result<WaitOutcome, MailboxError>;

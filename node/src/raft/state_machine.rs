@@ -10,7 +10,7 @@
 //! its stamp is far from log time) still brings log time to the present, and with it every
 //! expiry that fell due meanwhile.
 
-use crate::mailbox::{CreateOutcome, DeliverOutcome, MailboxKey, NodeId};
+use crate::mailbox::{CreateOutcome, DeliverOutcome, MailboxKey, NodeId, SessionTag};
 use crate::protocol::types::LogLevel;
 use crate::session::{SessionId, SessionRecord};
 use serde::{Deserialize, Serialize};
@@ -40,12 +40,18 @@ pub struct WriteId {
 pub enum Command {
     MailboxCreate {
         key: MailboxKey,
+        /// The session the mailbox belongs to (older entries without it decode with the zero tag).
+        #[serde(default)]
+        session: SessionTag,
         owner: NodeId,
         ttl_ms: Millis,
     },
     /// `value` is the client's JSON-RPC response.
     MailboxDeliver {
         key: MailboxKey,
+        /// The session the answer arrived in.
+        #[serde(default)]
+        session: SessionTag,
         value: JsonText,
     },
     MailboxDelete {
@@ -159,6 +165,8 @@ pub enum MailboxState {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Mailbox {
     pub owner: NodeId,
+    #[serde(default)]
+    pub session: SessionTag,
     pub deadline: Millis,
     pub state: MailboxState,
 }
@@ -267,26 +275,30 @@ impl StateMachine {
         let now = self.now;
         match command {
             Command::Tick => Response::Done,
-            Command::MailboxCreate { key, owner, ttl_ms } => {
+            Command::MailboxCreate { key, session, owner, ttl_ms } => {
                 if self.mailboxes.contains_key(key) {
                     return Response::Created(CreateOutcome::AlreadyExists);
                 }
                 let deadline = now.saturating_add(*ttl_ms);
-                self.mailboxes.insert(key.clone(), Mailbox { owner: *owner, deadline, state: MailboxState::Pending });
+                self.mailboxes.insert(key.clone(), Mailbox { owner: *owner, session: *session, deadline, state: MailboxState::Pending });
                 self.pending_by_deadline.insert((deadline, key.clone()));
                 Response::Created(CreateOutcome::Created)
             }
-            Command::MailboxDeliver { key, value } => {
-                let outcome = match self.mailboxes.get(key).map(|m| &m.state) {
+            Command::MailboxDeliver { key, session, value } => {
+                let outcome = match self.mailboxes.get(key).map(|m| (&m.state, m.session == *session)) {
                     None => DeliverOutcome::NotFound,
-                    Some(MailboxState::Delivered(_)) => DeliverOutcome::AlreadyDelivered,
-                    Some(MailboxState::Expired) => DeliverOutcome::Expired,
-                    Some(MailboxState::Deleted) => DeliverOutcome::Deleted,
-                    Some(MailboxState::Pending) => {
-                        self.finish(key, MailboxState::Delivered(value.clone()));
-                        wakes.push(Wake::Delivered(key.clone(), value.clone()));
-                        DeliverOutcome::Delivered
-                    }
+                    // Told before anything about the mailbox's state, which is not theirs to know.
+                    Some((_, false)) => DeliverOutcome::WrongSession,
+                    Some((state, true)) => match state {
+                        MailboxState::Delivered(_) => DeliverOutcome::AlreadyDelivered,
+                        MailboxState::Expired => DeliverOutcome::Expired,
+                        MailboxState::Deleted => DeliverOutcome::Deleted,
+                        MailboxState::Pending => {
+                            self.finish(key, MailboxState::Delivered(value.clone()));
+                            wakes.push(Wake::Delivered(key.clone(), value.clone()));
+                            DeliverOutcome::Delivered
+                        }
+                    },
                 };
                 Response::Delivered(outcome)
             }
@@ -383,7 +395,7 @@ mod tests {
 
     #[test]
     fn delivered_text_that_is_not_json_never_decodes_into_a_command() {
-        let good = Command::MailboxDeliver { key: key(1), value: text("yes") };
+        let good = Command::MailboxDeliver { key: key(1), session: SessionTag::default(), value: text("yes") };
         let bytes = crate::peer::codec::encode(&good);
         assert_eq!(crate::peer::codec::decode::<Command>(&bytes).unwrap(), good);
         let forged = crate::peer::codec::encode(&serde_json::json!({"MailboxDeliver": {"key": key(1), "value": "{not json"}}));
@@ -407,11 +419,11 @@ mod tests {
     }
 
     fn create(sm: &mut StateMachine, now: Millis, k: u8, ttl_ms: Millis) -> Response {
-        sm.apply(&req(now, Command::MailboxCreate { key: key(k), owner: 1, ttl_ms })).0
+        sm.apply(&req(now, Command::MailboxCreate { key: key(k), session: SessionTag::default(), owner: 1, ttl_ms })).0
     }
 
     fn deliver(sm: &mut StateMachine, now: Millis, k: u8, value: &str) -> (Response, Vec<Wake>) {
-        sm.apply(&req(now, Command::MailboxDeliver { key: key(k), value: text(value) }))
+        sm.apply(&req(now, Command::MailboxDeliver { key: key(k), session: SessionTag::default(), value: text(value) }))
     }
 
     fn session(id: &str) -> SessionRecord {
@@ -510,7 +522,7 @@ mod tests {
         let mut sm = StateMachine::default();
         create(&mut sm, 1000, 1, 500);
         let write = Some(WriteId { origin: 2, serial: 9 });
-        let deliver = Command::MailboxDeliver { key: key(1), value: text("v") };
+        let deliver = Command::MailboxDeliver { key: key(1), session: SessionTag::default(), value: text("v") };
         let first = sm.apply(&Request { now: 1100, clock_agreed: true, write, command: deliver.clone() }).0;
         let retry = sm.apply(&Request { now: 1200, clock_agreed: true, write, command: deliver.clone() }).0;
         assert_eq!(first, Response::Delivered(DeliverOutcome::Delivered));
@@ -547,8 +559,8 @@ mod tests {
             .map(|i| {
                 let k = key((i % 17) as u8);
                 let command = match i % 4 {
-                    0 => Command::MailboxCreate { key: k, owner: i % 3, ttl_ms: 50 + i },
-                    1 => Command::MailboxDeliver { key: k, value: text(&i.to_string()) },
+                    0 => Command::MailboxCreate { key: k, session: SessionTag::default(), owner: i % 3, ttl_ms: 50 + i },
+                    1 => Command::MailboxDeliver { key: k, session: SessionTag::default(), value: text(&i.to_string()) },
                     2 => Command::MailboxDelete { key: k },
                     _ => Command::Tick,
                 };

@@ -5,7 +5,7 @@ use super::RaftNode;
 use super::sm_store::Watch;
 use super::state_machine::{Command, JsonText, Millis, Response};
 use crate::clock::now_ms;
-use crate::mailbox::{CreateOutcome, DeliverOutcome, Mailbox, MailboxError, MailboxKey, NodeId, WaitOutcome, check_ttl};
+use crate::mailbox::{CreateOutcome, DeliverOutcome, Mailbox, MailboxError, MailboxKey, NodeId, SessionTag, WaitOutcome, check_ttl};
 use crate::protocol::types::LogLevel;
 use crate::session::{SessionError, SessionId, SessionRecord, SessionStore};
 use async_trait::async_trait;
@@ -63,9 +63,9 @@ impl RaftSessions {
 
 #[async_trait]
 impl Mailbox for RaftMailbox {
-    async fn create(&self, key: &MailboxKey, owner: NodeId, ttl: Duration) -> Result<CreateOutcome, MailboxError> {
+    async fn create(&self, key: &MailboxKey, session: SessionTag, owner: NodeId, ttl: Duration) -> Result<CreateOutcome, MailboxError> {
         check_ttl(ttl)?;
-        let command = Command::MailboxCreate { key: key.clone(), owner, ttl_ms: ttl.as_millis() as Millis };
+        let command = Command::MailboxCreate { key: key.clone(), session, owner, ttl_ms: ttl.as_millis() as Millis };
         let (response, index) = self.node.propose(command).await?;
         // Committed: a delivery anywhere finds it. This replica may apply it a moment later;
         // `wait` catches up first, so the request can go out to the client meanwhile.
@@ -78,8 +78,8 @@ impl Mailbox for RaftMailbox {
         }
     }
 
-    async fn deliver(&self, key: &MailboxKey, value: Value) -> Result<DeliverOutcome, MailboxError> {
-        let command = Command::MailboxDeliver { key: key.clone(), value: JsonText::from(&value) };
+    async fn deliver(&self, key: &MailboxKey, session: SessionTag, value: Value) -> Result<DeliverOutcome, MailboxError> {
+        let command = Command::MailboxDeliver { key: key.clone(), session, value: JsonText::from(&value) };
         match self.node.propose(command).await?.0 {
             Response::Delivered(outcome) => Ok(outcome),
             other => Err(MailboxError::Unavailable(format!("unexpected reply to deliver: {other:?}").into())),

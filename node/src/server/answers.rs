@@ -2,37 +2,59 @@
 //! the mailbox, wherever the waiting handler runs.
 
 use super::handle::Server;
-use crate::mailbox::DeliverOutcome;
+use crate::mailbox::{DeliverOutcome, MailboxError};
 use crate::protocol::jsonrpc::Message;
 use crate::session::SessionRecord;
 
+/// What became of a client's answer. Only [`AnswerOutcome::Unavailable`] is the server's
+/// fault; the others are final and the client is not told which (the spec has the server
+/// accept any response).
+#[derive(Debug)]
+pub enum AnswerOutcome {
+    /// Committed: it reaches the waiting handler while its owner lives.
+    Delivered,
+    /// Not ours, forged, late, a duplicate, or for a finished request: dropped and counted.
+    Dropped(&'static str),
+    /// The delivery could not be committed (no quorum, write timeout): nothing was stored, and
+    /// the same answer sent again may still be delivered.
+    Unavailable(MailboxError),
+}
+
 impl Server {
-    /// Deliver the client's answer to a server-to-client request. Answers that are not ours, or
-    /// are late or duplicate, are dropped and counted; the client is never told.
-    pub async fn handle_client_response(&self, session: &SessionRecord, message: Message) {
+    /// Deliver the client's answer to a server-to-client request, whichever node waits for it.
+    pub async fn handle_client_response(&self, session: &SessionRecord, message: Message) -> AnswerOutcome {
+        let metrics = &self.inner.rendezvous.metrics;
         let id = match &message {
             Message::Response { id, .. } | Message::Error { id: Some(id), .. } => id.clone(),
-            _ => return self.inner.rendezvous.metrics.orphan("no_id"),
+            _ => {
+                metrics.orphan("no_id");
+                return AnswerOutcome::Dropped("no_id");
+            }
         };
         let key = match self.inner.rendezvous.sealer.open_request(&id, session.id.as_str(), crate::clock::now_ms()) {
             Ok(sealed) => sealed.key,
             Err(e) => {
                 tracing::info!(session = %session.id, reason = e.label(), "client answer refused: {e}");
-                return self.inner.rendezvous.metrics.orphan(e.label());
+                metrics.orphan(e.label());
+                return AnswerOutcome::Dropped(e.label());
             }
         };
-        match self.inner.rendezvous.mailbox.deliver(&key, message.to_value()).await {
+        let tag = self.inner.rendezvous.sealer.session_tag(session.id.as_str());
+        match self.inner.rendezvous.mailbox.deliver(&key, tag, message.to_value()).await {
             Ok(DeliverOutcome::Delivered) => {
-                tracing::info!(%key, session = %session.id, node = self.node_id(), "client answer delivered");
-                self.inner.rendezvous.metrics.answer_delivered();
+                tracing::debug!(%key, session = %session.id, node = self.node_id(), "client answer delivered");
+                metrics.answer_delivered();
+                AnswerOutcome::Delivered
             }
             Ok(outcome) => {
                 tracing::info!(%key, session = %session.id, outcome = outcome.label(), "client answer dropped");
-                self.inner.rendezvous.metrics.orphan(outcome.label());
+                metrics.orphan(outcome.label());
+                AnswerOutcome::Dropped(outcome.label())
             }
             Err(e) => {
-                tracing::warn!(%key, error = %e, "client answer could not be delivered");
-                self.inner.rendezvous.metrics.orphan("unavailable");
+                tracing::warn!(%key, error = %e, "client answer not committed; the client is told to retry");
+                metrics.orphan("unavailable");
+                AnswerOutcome::Unavailable(e)
             }
         }
     }

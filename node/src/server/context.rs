@@ -198,7 +198,8 @@ impl RequestContext {
         let timeout = server.timeout(kind);
         let key = MailboxKey::random();
         let ttl = timeout + MAILBOX_GRACE;
-        server.mailbox.create(&key, server.node_id, ttl).await?;
+        let tag = server.sealer.session_tag(self.scope.session.id.as_str());
+        server.mailbox.create(&key, tag, server.node_id, ttl).await?;
         let sealed = correlation::SealedRequest {
             key: key.clone(),
             owner: server.node_id,

@@ -3,19 +3,33 @@
 //! id alone, which mailbox (or stream) it belongs to, which node owns it and until when, and
 //! can refuse ids that were forged, altered, or minted for another session.
 //!
-//! AES-256-GCM with a key shared by all replicas; the session id is associated data, so an id
-//! only opens in the session it was issued to. Layout (base64url): `nonce(12) | fingerprint(6)
-//! | ciphertext(kind, fields) | tag(16)`, where the fingerprint is a keyed MAC of the session id
-//! that lets a receiver tell "another session's id" from "an altered id".
+//! Keys: the configured key is never used directly. HKDF-SHA256 derives one subkey per use
+//! (sealing, session fingerprints, mailbox session tags, the public key check), so what one use
+//! reveals says nothing about another's key. (An earlier construction computed fingerprints as
+//! AES-GCM tags under a fixed nonce with the sealing key itself, which leaks GHASH's key to
+//! anyone who sees a few fingerprints and lets them re-seal a leaked id for another session.)
+//!
+//! Ids are AES-256-GCM under the sealing subkey, with a fresh random 96-bit nonce each (2^-32
+//! collision odds only after ~2^32 ids under one key) and the session id as associated data, so
+//! an id only opens in the session it was issued to. Layout (base64url):
+//! `nonce(12) | fingerprint(6) | ciphertext(kind, fields) | tag(16)`, where the fingerprint is an
+//! HMAC-SHA256 of the session id under its own subkey, letting a receiver tell "another
+//! session's id" from "an altered id".
 
+use crate::mailbox::SessionTag;
 use crate::mailbox::{MailboxKey, NodeId};
 use crate::protocol::jsonrpc::RequestId;
 use aes_gcm::aead::{Aead, KeyInit, Payload};
 use aes_gcm::{Aes256Gcm, Nonce};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
 
-const PREFIX: &str = "sb1.";
+/// `sb2`: sealed under HKDF subkeys (`sb1` ids, sealed with the configured key itself, are foreign).
+const PREFIX: &str = "sb2.";
+/// HKDF salt: names the scheme, so a future one derives unrelated subkeys from the same key.
+const HKDF_SALT: &[u8] = b"switchboard id keys v2";
 const FINGERPRINT: usize = 6;
 const REQUEST: u8 = 1;
 const EVENT: u8 = 2;
@@ -67,12 +81,38 @@ impl OpenError {
 pub struct KeyError(String);
 
 pub struct IdSealer {
+    /// Seals request and event ids.
     cipher: Aes256Gcm,
+    /// HMAC key of session fingerprints inside ids.
+    fingerprint_key: [u8; 32],
+    /// HMAC key of the session tags mailboxes are bound to.
+    session_tag_key: [u8; 32],
+    /// HMAC key of the public key check replicas compare.
+    key_check_key: [u8; 32],
+}
+
+/// The subkey for `purpose`, derived from the configured key.
+fn subkey(hkdf: &hkdf::Hkdf<Sha256>, purpose: &str) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    hkdf.expand(purpose.as_bytes(), &mut out).expect("32 bytes is a valid HKDF-SHA256 length");
+    out
+}
+
+fn hmac(key: &[u8; 32], message: &[u8]) -> [u8; 32] {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key length");
+    mac.update(message);
+    mac.finalize().into_bytes().into()
 }
 
 impl IdSealer {
     pub fn new(key: [u8; 32]) -> Self {
-        IdSealer { cipher: Aes256Gcm::new(&key.into()) }
+        let hkdf = hkdf::Hkdf::<Sha256>::new(Some(HKDF_SALT), &key);
+        IdSealer {
+            cipher: Aes256Gcm::new(&subkey(&hkdf, "seal ids").into()),
+            fingerprint_key: subkey(&hkdf, "session fingerprint"),
+            session_tag_key: subkey(&hkdf, "mailbox session tag"),
+            key_check_key: subkey(&hkdf, "key check"),
+        }
     }
 
     /// A sealer with a fresh random key (a single process; ids die with it).
@@ -97,14 +137,17 @@ impl IdSealer {
     /// A short public fingerprint of the key, so replicas can tell they were given different keys
     /// (every cross-node answer would otherwise be dropped as another session's).
     pub fn key_fingerprint(&self) -> String {
-        self.fingerprint("switchboard key check").iter().map(|b| format!("{b:02x}")).collect()
+        hmac(&self.key_check_key, b"switchboard key check")[..8].iter().map(|b| format!("{b:02x}")).collect()
     }
 
-    /// Keyed fingerprint of a session id (a GMAC tag under a fixed nonce; it only ever
-    /// authenticates, it never encrypts, so reusing that nonce is safe).
+    /// Keyed fingerprint of a session id, carried in the clear inside every id it seals.
     fn fingerprint(&self, session: &str) -> [u8; FINGERPRINT] {
-        let tag = self.cipher.encrypt(&Nonce::default(), Payload { msg: &[], aad: session.as_bytes() }).expect("GMAC");
-        tag[..FINGERPRINT].try_into().expect("tag is 16 bytes")
+        hmac(&self.fingerprint_key, session.as_bytes())[..FINGERPRINT].try_into().expect("32-byte MAC")
+    }
+
+    /// The tag binding a mailbox to `session` (see [`SessionTag`]).
+    pub fn session_tag(&self, session: &str) -> SessionTag {
+        SessionTag(hmac(&self.session_tag_key, session.as_bytes())[..16].try_into().expect("32-byte MAC"))
     }
 
     fn seal(&self, kind: u8, fields: &[u8], session: &str) -> String {
@@ -219,8 +262,8 @@ mod tests {
         for foreign in [
             RequestId::Number(1),
             RequestId::String("sb:abc".into()),
-            RequestId::String("sb1.!!".into()),
-            RequestId::String("sb1.AAAA".into()),
+            RequestId::String("sb2.!!".into()),
+            RequestId::String("sb2.AAAA".into()),
         ] {
             assert_eq!(sealer.open_request(&foreign, "s", 0), Err(OpenError::Foreign));
         }
@@ -251,6 +294,50 @@ mod tests {
         let key = [3u8; 32];
         assert_eq!(IdSealer::new(key).key_fingerprint(), IdSealer::new(key).key_fingerprint());
         assert_ne!(IdSealer::new(key).key_fingerprint(), IdSealer::random().key_fingerprint());
+    }
+
+    /// The construction, checked independently: every use has its own HKDF-SHA256 subkey, and
+    /// a fingerprint is an HMAC under the fingerprint subkey — not an AES-GCM tag under the
+    /// sealing key with a fixed nonce, whose GHASH key a handful of fingerprints reveal.
+    #[test]
+    fn fingerprints_and_tags_are_hmacs_under_subkeys_independent_of_the_sealing_key() {
+        let master = [5u8; 32];
+        let sealer = IdSealer::new(master);
+        let hkdf = hkdf::Hkdf::<Sha256>::new(Some(b"switchboard id keys v2"), &master);
+        let derive = |info: &[u8]| {
+            let mut k = [0u8; 32];
+            hkdf.expand(info, &mut k).unwrap();
+            k
+        };
+        let (seal, fingerprint, tag) = (derive(b"seal ids"), derive(b"session fingerprint"), derive(b"mailbox session tag"));
+        assert!(seal != fingerprint && seal != tag && fingerprint != tag && seal != master, "one key per use");
+        let mac = |key: &[u8; 32], msg: &[u8]| {
+            let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).unwrap();
+            m.update(msg);
+            m.finalize().into_bytes().to_vec()
+        };
+        assert_eq!(sealer.fingerprint("session-a").to_vec(), mac(&fingerprint, b"session-a")[..FINGERPRINT]);
+        assert_eq!(sealer.session_tag("session-a").0.to_vec(), mac(&tag, b"session-a")[..16]);
+        // The id's seal is AES-GCM under the sealing subkey: it opens with that key, not the master.
+        let RequestId::String(token) = sealer.seal_request(&request(), "s") else { panic!() };
+        let raw = URL_SAFE_NO_PAD.decode(token.strip_prefix(PREFIX).unwrap()).unwrap();
+        let (nonce, rest) = raw.split_at(12);
+        let sealed = &rest[FINGERPRINT..];
+        let open_with =
+            |key: [u8; 32]| Aes256Gcm::new(&key.into()).decrypt(Nonce::from_slice(nonce), Payload { msg: sealed, aad: b"s" }).is_ok();
+        assert!(open_with(seal));
+        assert!(!open_with(master));
+        // The fixed-nonce GMAC of the old scheme is not what travels in the clear.
+        let gmac = Aes256Gcm::new(&seal.into()).encrypt(&Nonce::default(), Payload { msg: &[], aad: b"s" }).unwrap();
+        assert_ne!(&rest[..FINGERPRINT], &gmac[..FINGERPRINT]);
+    }
+
+    #[test]
+    fn session_tags_differ_by_session_and_by_key() {
+        let sealer = IdSealer::new([1; 32]);
+        assert_eq!(sealer.session_tag("a"), IdSealer::new([1; 32]).session_tag("a"));
+        assert_ne!(sealer.session_tag("a"), sealer.session_tag("b"));
+        assert_ne!(sealer.session_tag("a"), IdSealer::new([2; 32]).session_tag("a"));
     }
 
     #[test]

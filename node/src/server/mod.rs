@@ -34,6 +34,7 @@ mod requests;
 mod schema;
 mod tool_changes;
 
+pub use answers::AnswerOutcome;
 pub use builder::ServerBuilder;
 pub use config::ServerConfig;
 pub use context::{ClientRequestError, MAILBOX_GRACE, RequestContext};

@@ -4,7 +4,7 @@ pub use super::connections::{ConnectionLimits, serve, serve_limited};
 use super::sse::{EventLog, RelayError, StreamLogs, StreamRelay, StreamSink};
 use crate::protocol::jsonrpc::{self, ErrorObject, Message};
 use crate::protocol::types::ProtocolVersion;
-use crate::server::{Outbound, Outgoing, Server, SessionLookupError};
+use crate::server::{AnswerOutcome, Outbound, Outgoing, Server, SessionLookupError};
 use crate::session::{SessionId, SessionRecord};
 use axum::Router;
 use axum::body::Bytes;
@@ -272,9 +272,16 @@ async fn post(State(state): State<Shared>, headers: HeaderMap, body: Result<Byte
             StatusCode::ACCEPTED.into_response()
         }
         answer @ (Message::Response { .. } | Message::Error { .. }) => {
-            // Delivered (committed) before the 202, so an acknowledged answer is never lost.
-            state.server.handle_client_response(&session, answer).await;
-            StatusCode::ACCEPTED.into_response()
+            // Committed before the 202, so an acknowledged answer is never lost; one that could
+            // not be committed is refused with a retryable 503, never acknowledged.
+            match state.server.handle_client_response(&session, answer).await {
+                AnswerOutcome::Delivered | AnswerOutcome::Dropped(_) => StatusCode::ACCEPTED.into_response(),
+                AnswerOutcome::Unavailable(e) => {
+                    let mut response = http_error(StatusCode::SERVICE_UNAVAILABLE, format!("answer not delivered, send it again: {e}"));
+                    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                    response
+                }
+            }
         }
         Message::Request { id, method, params } => {
             let (tx, mut rx) = mpsc::unbounded_channel();

@@ -57,7 +57,8 @@ pub async fn run(
             (Message::Notification { method, params }, Some(s)) => server.handle_notification(s, &method, params),
             (answer @ (Message::Response { .. } | Message::Error { .. }), Some(s)) => {
                 let (server, s) = (server.clone(), s.clone());
-                tokio::spawn(async move { server.handle_client_response(&s, answer).await });
+                // One process, an in-memory mailbox: a delivery cannot be refused for want of a quorum.
+                tokio::spawn(async move { drop(server.handle_client_response(&s, answer).await) });
             }
             (_, None) => tracing::debug!("ignoring a message before initialize"),
         }

@@ -11,14 +11,23 @@ fn selector(target: &Target) -> LabelSelector {
     LabelSelector { match_labels: Some(target.selector_labels()), ..LabelSelector::default() }
 }
 
-/// `NAME`: at most one pod down by a voluntary disruption at a time, so a drain never takes
-/// more than one member away.
+/// How many of `voters` may be down while a majority still stands: 1 of 3, 2 of 5, and none of 1
+/// or 2 (a cluster of two needs both to commit).
+pub fn tolerated_failures(voters: i32) -> i32 {
+    (voters.max(1) - 1) / 2
+}
+
+/// `NAME`: voluntary disruptions (drains, evictions) never take the voters below a majority.
+/// Pods already unavailable count against the budget, so with one member down a drain waits.
+/// Unhealthy pods may always be evicted: they add nothing to the quorum, and a crash-looping pod
+/// must not block a node drain.
 pub fn pod_disruption_budget(target: &Target) -> PodDisruptionBudget {
     PodDisruptionBudget {
         metadata: target.meta(target.name.clone()),
         spec: Some(PodDisruptionBudgetSpec {
-            max_unavailable: Some(IntOrString::Int(1)),
+            max_unavailable: Some(IntOrString::Int(tolerated_failures(target.mcp.spec.replicas))),
             selector: Some(selector(target)),
+            unhealthy_pod_eviction_policy: Some("AlwaysAllow".into()),
             ..PodDisruptionBudgetSpec::default()
         }),
         ..PodDisruptionBudget::default()

@@ -378,10 +378,16 @@ fn client_service_takes_type_and_port_from_the_spec() {
 }
 
 #[test]
-fn disruption_budget_allows_one_pod_down() {
+fn disruption_budget_keeps_a_majority_of_voters() {
+    for (replicas, allowed) in [(1, 0), (2, 0), (3, 1), (4, 1), (5, 2), (7, 3)] {
+        let mcp = McpServer::test().replicas(replicas);
+        let pdb = serde_json::to_value(pod_disruption_budget(&Target::new(&mcp).unwrap())).unwrap();
+        assert_eq!(pdb["spec"]["maxUnavailable"], allowed, "{replicas} replicas");
+        assert!(replicas - allowed > replicas / 2, "{replicas} replicas: a drain leaves a majority");
+    }
     let pdb = serde_json::to_value(pod_disruption_budget(&Target::new(&McpServer::test()).unwrap())).unwrap();
     assert_eq!(pdb["apiVersion"], "policy/v1");
-    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    assert_eq!(pdb["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
     assert_eq!(pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"], "demo");
 }
 

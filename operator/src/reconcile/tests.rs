@@ -470,3 +470,19 @@ fn a_lost_majority_is_degraded() {
     let healthy = conditions(&Observed { ready: 2, ..o }, &[], Some(1), now);
     assert_eq!(healthy[2].status, "False");
 }
+
+#[test]
+fn replica_counts_that_tolerate_no_failure_or_are_even_are_flagged() {
+    let now: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+    let tolerance = |replicas: i32| {
+        let o = Observed { desired: replicas, replicas, ready: replicas, updated: true, ..Observed::default() };
+        let c = conditions(&o, &[], Some(1), now);
+        let t = c.iter().find(|c| c.type_ == "FaultTolerant").expect("FaultTolerant is reported").clone();
+        (t.status, t.reason)
+    };
+    assert_eq!(tolerance(1), ("False".to_string(), "NoFaultTolerance".to_string()));
+    assert_eq!(tolerance(2), ("False".to_string(), "NoFaultTolerance".to_string()));
+    assert_eq!(tolerance(3), ("True".to_string(), "MajoritySurvives".to_string()));
+    assert_eq!(tolerance(4), ("False".to_string(), "EvenReplicas".to_string()));
+    assert_eq!(tolerance(5), ("True".to_string(), "MajoritySurvives".to_string()));
+}
