@@ -4,6 +4,7 @@
 //! [`super::stores`].
 
 use super::Raft;
+use super::clock::{CLOCK_QUERY_TIMEOUT, CLOCK_STRAGGLER_WAIT, LeaderClock, majority_time};
 use super::config::RaftNodeConfig;
 use super::error::RaftStoreError;
 use super::forwarder::{Forwarder, LeaderWrite};
@@ -11,14 +12,16 @@ use super::log_store::LogStore;
 use super::messages::{ForwardedWrite, ReadIndexReply, Refusal, WriteReply};
 use super::network::NetworkFactory;
 use super::sm_store::StateMachineStore;
-use super::state_machine::{Command, Request, Response, WriteId};
+use super::state_machine::{Command, MAX_CLOCK_STEP_MS, Millis, Request, Response, WriteId};
 use super::types::TypeConfig;
 use crate::clock::now_ms;
 use crate::mailbox::NodeId;
 use crate::metrics::Metrics;
 use crate::peer::PeerClient;
-use crate::peer::routes::READ_INDEX;
+use crate::peer::routes::{CLOCK, READ_INDEX};
 use crate::tasks::TaskSet;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use openraft::async_runtime::WatchReceiver;
 use openraft::errors::{ClientWriteError, RaftError};
 use openraft::{Config, ReadPolicy, SnapshotPolicy};
@@ -34,6 +37,8 @@ pub struct RaftNode {
     forwarder: Forwarder,
     pub(super) config: RaftNodeConfig,
     serial: AtomicU64,
+    /// The time this node stamps into entries while it leads.
+    clock: LeaderClock,
     pub(super) metrics: Arc<Metrics>,
     /// Tasks that end with the member: the ticker and the peer streams it serves.
     pub tasks: TaskSet,
@@ -72,6 +77,7 @@ impl RaftNode {
             client,
             // Random start: a restarted node must not reuse serials still in the dedup window.
             serial: AtomicU64::new(rand::random::<u64>() >> 1),
+            clock: LeaderClock::default(),
             metrics,
             tasks: TaskSet::default(),
             config,
@@ -92,7 +98,7 @@ impl RaftNode {
                 node.publish_metrics();
                 // Only the leader stamps time into the log, and only when something fell due.
                 if node.leader_id() == Some(node.id)
-                    && node.sm.read(|sm| sm.next_expiry()).is_some_and(|due| due <= now_ms())
+                    && node.sm.read(|sm| sm.next_expiry()).is_some_and(|due| due <= node.clock.now())
                     && let Err(e) = node.write_as_leader(None, Command::Tick).await
                 {
                     tracing::debug!(error = %e, "tick not committed");
@@ -219,10 +225,70 @@ impl RaftNode {
     }
 }
 
+impl RaftNode {
+    /// The time to stamp into the next entry, and whether it is agreed (no later than the clocks
+    /// of a majority of the voters): see [`super::clock`].
+    async fn stamp(&self) -> (Millis, bool) {
+        if self.clock.fresh() {
+            return (self.clock.now(), true);
+        }
+        let now = self.clock.now();
+        if now.abs_diff(self.sm.read(|sm| sm.now)) <= MAX_CLOCK_STEP_MS {
+            return (now, false);
+        }
+        match self.agree_on_time().await {
+            Some(agreed) => (agreed, true),
+            // No majority answered: an unagreed stamp (the write will hardly commit either).
+            None => (self.clock.now(), false),
+        }
+    }
+
+    /// Ask every voter for its clock and correct this node's by the latest time a majority of
+    /// them has reached; that corrected time now, or `None` without a majority of answers.
+    async fn agree_on_time(&self) -> Option<Millis> {
+        let _one = self.clock.agreeing.lock().await;
+        if self.clock.fresh() {
+            return Some(self.clock.now());
+        }
+        let others: Vec<String> = {
+            let receiver = self.raft.metrics();
+            let metrics = receiver.borrow_watched();
+            let membership = metrics.membership_config.membership();
+            membership.voter_ids().filter(|id| *id != self.id).filter_map(|id| membership.get_node(&id).map(|n| n.addr.clone())).collect()
+        };
+        let voters = others.len() + 1;
+        let own = now_ms();
+        let mut readings = vec![own];
+        let mut asked: FuturesUnordered<_> =
+            others.iter().map(|addr| self.client.rpc::<_, Millis>(addr, CLOCK, &(), CLOCK_QUERY_TIMEOUT)).collect();
+        // Every voter's clock makes the best estimate, but once a majority has answered an
+        // unreachable voter is waited for only a moment.
+        let mut until = tokio::time::Instant::now() + CLOCK_QUERY_TIMEOUT;
+        while let Ok(Some(answer)) = tokio::time::timeout_at(until, asked.next()).await {
+            if let Ok(reading) = answer {
+                readings.push(reading);
+                if readings.len() == voters / 2 + 1 {
+                    until = until.min(tokio::time::Instant::now() + CLOCK_STRAGGLER_WAIT);
+                }
+            }
+        }
+        let Some(agreed) = majority_time(readings, voters) else {
+            tracing::debug!(voters, "no majority of voters' clocks answered; stamping unagreed");
+            return None;
+        };
+        let offset = self.clock.agreed(own, agreed);
+        if offset.unsigned_abs() > MAX_CLOCK_STEP_MS {
+            tracing::warn!(offset_ms = offset, "this node's clock is off the voters' majority time; stamping theirs");
+        }
+        Some(self.clock.now())
+    }
+}
+
 impl LeaderWrite for RaftNode {
-    /// Propose on this node as leader, stamping the leader's clock into the entry.
+    /// Propose on this node as leader, stamping the leader's (agreed) clock into the entry.
     async fn write_as_leader(&self, write: Option<WriteId>, command: Command) -> WriteReply {
-        let request = Request { now: now_ms(), write, command };
+        let (now, clock_agreed) = self.stamp().await;
+        let request = Request { now, clock_agreed, write, command };
         match self.raft.client_write(request).await {
             Ok(reply) => Ok((reply.data, reply.log_id.index)),
             Err(e) => Err(self.refusal_from(e)),

@@ -92,6 +92,7 @@ impl ServerBuilder {
                 sessions,
                 local: Default::default(),
                 in_flight: Default::default(),
+                session_end_hooks: Default::default(),
             }),
         };
         if tokio::runtime::Handle::try_current().is_ok() {

@@ -54,6 +54,11 @@ impl SessionStore for InMemorySessionStore {
         Ok(self.with_live(id, |r| r.clone()))
     }
 
+    async fn is_live(&self, id: &SessionId) -> Result<bool, SessionError> {
+        let sessions = self.sessions.lock().unwrap();
+        Ok(sessions.get(id).is_some_and(|(_, seen)| seen.elapsed() < self.ttl))
+    }
+
     // Changes copy the record when requests still hold the old one (they keep what they read).
     async fn set_log_level(&self, id: &SessionId, level: LogLevel) -> Result<bool, SessionError> {
         Ok(self.with_live(id, |r| Arc::make_mut(r).log_level = level).is_some())
