@@ -35,10 +35,9 @@ struct Releases {
 }
 
 /// How long the keys taken after the first one are gathered before a `MailboxRelease` goes
-/// out. A write per elicitation would cost every round trip another commit (measured: the
-/// one-node rendezvous bench's throughput fell by half); gathered, it is one entry for all the
-/// answers taken in the window, and a taken value still leaves every replica within about a
-/// second rather than ten minutes.
+/// out. A write per elicitation would put another commit on every round trip (on one node, one
+/// more fsync); gathered, it is one entry for all the answers taken in the window, and a taken
+/// value still leaves every replica within about a second rather than ten minutes.
 const RELEASE_WINDOW: Duration = Duration::from_secs(1);
 
 impl RaftMailbox {
