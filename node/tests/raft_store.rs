@@ -74,6 +74,38 @@ async fn a_delivery_on_one_node_wakes_the_waiter_on_another() {
     cluster.stop_all().await;
 }
 
+/// The owner's waits release what they took in a few entries, not one per answer: a write per
+/// answer would put another commit on every round trip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_the_owner_took_are_released_together() {
+    let mut cluster = TestCluster::start(1).await;
+    let mailbox = cluster.mailbox(0);
+    let last_index = |cluster: &TestCluster| cluster.node(0).status().last_log_index.unwrap();
+    let before = last_index(&cluster);
+    let mut keys = Vec::new();
+    for n in 0..20 {
+        let key = MailboxKey::random();
+        mailbox.create(&key, SessionTag::default(), 0, Duration::from_secs(60)).await.unwrap();
+        mailbox.deliver(&key, SessionTag::default(), json!({"n": n})).await.unwrap();
+        assert_eq!(mailbox.wait(&key, Duration::from_secs(5)).await.unwrap(), WaitOutcome::Delivered(json!({"n": n})));
+        keys.push(key);
+    }
+    let taken = |cluster: &TestCluster| {
+        cluster
+            .node(0)
+            .sm
+            .read(|sm| keys.iter().all(|k| sm.mailbox(k).unwrap().state == switchboard_node::raft::state_machine::MailboxState::Taken))
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !taken(&cluster) {
+        assert!(tokio::time::Instant::now() < deadline, "the taken values were never released");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let entries = last_index(&cluster) - before;
+    assert!(entries <= 40 + 4, "{entries} entries for 20 round trips (40 writes and their releases)");
+    cluster.stop_all().await;
+}
+
 fn record(id: &str) -> SessionRecord {
     SessionRecord {
         id: SessionId(id.into()),
