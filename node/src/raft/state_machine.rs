@@ -679,11 +679,15 @@ mod tests {
         let log: Vec<Request> = (0..200u64)
             .map(|i| {
                 let k = key((i % 17) as u8);
-                let command = match i % 5 {
+                let id = format!("s{}", i % 5);
+                let limits = SubscriptionLimits { max_count: 2, max_bytes: 100 };
+                let command = match i % 7 {
                     0 => Command::MailboxCreate { key: k, session: SessionTag::default(), owner: i % 3, ttl_ms: 50 + i },
                     1 => Command::MailboxDeliver { key: k, session: SessionTag::default(), value: text(&i.to_string()) },
                     2 => Command::MailboxDelete { key: k },
                     3 => Command::MailboxRelease { keys: vec![k, key(((i + 1) % 17) as u8)] },
+                    4 => Command::SessionCreate { record: session(&id), ttl_ms: 100 + i, max_sessions: 3 },
+                    5 => Command::SessionSubscribe { id: SessionId(id), uri: format!("test://{}", i % 4), subscribed: i % 3 != 0, limits },
                     _ => Command::Tick,
                 };
                 Request { now: 1000 + i * 7, clock_agreed: i % 5 == 0, write: Some(WriteId { origin: i % 3, serial: i }), command }
@@ -694,6 +698,8 @@ mod tests {
         let rb: Vec<_> = log.iter().map(|r| b.apply(r)).collect();
         assert_eq!(ra, rb);
         assert_eq!(a, b);
+        assert!(ra.iter().any(|(r, _)| matches!(r, Response::Refused(_))), "the limits were reached on the way");
+        assert!(a.sessions.values().any(|s| !s.record.subscriptions.is_empty()), "sessions with subscriptions in the snapshot");
         // A snapshot round trip is the same state.
         let restored: StateMachine = rmp_serde::from_slice(&rmp_serde::to_vec_named(&a).unwrap()).unwrap();
         assert_eq!(restored, a);
