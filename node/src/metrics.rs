@@ -159,9 +159,12 @@ impl Metrics {
     }
 }
 
-/// `/metrics`, `/healthz`, and `/readyz`, which answers 503 until `ready()` holds (a Raft member
-/// is ready once it knows a leader).
-pub fn router(metrics: Arc<Metrics>, ready: Arc<dyn Fn() -> bool + Send + Sync>) -> axum::Router {
+/// Whether the node takes traffic now, and if not, why (the text `/readyz` answers with).
+pub type Readiness = Arc<dyn Fn() -> futures::future::BoxFuture<'static, Result<(), String>> + Send + Sync>;
+
+/// `/metrics`, `/healthz`, and `/readyz`, which answers 503 with the reason while `ready` says
+/// no (a Raft member is ready while it hears from a quorum).
+pub fn router(metrics: Arc<Metrics>, ready: Readiness) -> axum::Router {
     use axum::http::StatusCode;
     use axum::routing::get;
     axum::Router::new()
@@ -177,7 +180,12 @@ pub fn router(metrics: Arc<Metrics>, ready: Arc<dyn Fn() -> bool + Send + Sync>)
             "/readyz",
             get(move || {
                 let ready = ready();
-                async move { if ready { (StatusCode::OK, "ready") } else { (StatusCode::SERVICE_UNAVAILABLE, "no Raft leader known yet") } }
+                async move {
+                    match ready.await {
+                        Ok(()) => (StatusCode::OK, "ready".to_string()),
+                        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {reason}")),
+                    }
+                }
             }),
         )
 }

@@ -129,3 +129,81 @@ async fn a_partitioned_minority_refuses_writes_while_the_majority_serves() {
     }
     cluster.stop_all().await;
 }
+
+/// Wait until `member`'s readiness is `ready`, or fail after `within`.
+async fn wait_ready(cluster: &TestCluster, member: usize, ready: bool, within: Duration) -> Duration {
+    let started = tokio::time::Instant::now();
+    loop {
+        let readiness = cluster.node(member).readiness().await;
+        if readiness.is_ok() == ready {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < within,
+            "member {member} not {} within {within:?}: {readiness:?}",
+            if ready { "ready" } else { "unready" }
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_leader_fails_writes_within_the_write_timeout_and_turns_unready() {
+    let write_timeout = Duration::from_millis(1500);
+    let mut cluster = TestCluster::start_with(3, |c| c.write_timeout = Duration::from_millis(1500)).await;
+    let leader = cluster.wait_for_leader(Duration::from_secs(5)).await;
+    let ready_within = cluster.node(leader).config().ready_within();
+    for member in 0..3 {
+        wait_ready(&cluster, member, true, Duration::from_secs(5)).await;
+    }
+
+    cluster.partition(leader);
+    let partitioned = tokio::time::Instant::now();
+    let write = {
+        let store = cluster.mailbox(leader);
+        tokio::spawn(
+            async move { store.create(&MailboxKey::random(), SessionTag::default(), leader as u64, Duration::from_secs(60)).await },
+        )
+    };
+    // It still calls itself leader, but it is no longer ready, within a few election timeouts.
+    let unready_after = wait_ready(&cluster, leader, false, ready_within + Duration::from_secs(1)).await;
+    assert_eq!(cluster.node(leader).leader_id(), Some(leader as u64), "openraft does not step down on silence");
+    let err = write.await.unwrap().unwrap_err();
+    let took = partitioned.elapsed();
+    assert!(err.to_string().contains("no quorum: write not committed within"), "a clear error: {err}");
+    assert!(took < write_timeout + Duration::from_millis(500), "the write failed after {took:?}, not about {write_timeout:?}");
+    eprintln!("unready after {unready_after:?}, write failed after {took:?}");
+
+    // The majority elects a new leader and is ready.
+    let majority: Vec<usize> = (0..3).filter(|m| *m != leader).collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let new_leader = loop {
+        let views: Vec<Option<u64>> = majority.iter().map(|m| cluster.node(*m).leader_id()).collect();
+        if let Some(Some(l)) = views.first()
+            && *l != leader as u64
+            && views.iter().all(|v| *v == Some(*l))
+        {
+            break *l as usize;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the majority elected no leader: {views:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    for member in &majority {
+        wait_ready(&cluster, *member, true, Duration::from_secs(5)).await;
+    }
+    cluster
+        .mailbox(new_leader)
+        .create(&MailboxKey::random(), SessionTag::default(), new_leader as u64, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(
+        cluster.node(leader).readiness().await.is_err(),
+        "the cut-off member stays unready: {:?}",
+        cluster.node(leader).readiness().await
+    );
+
+    cluster.heal();
+    wait_ready(&cluster, leader, true, Duration::from_secs(10)).await;
+    assert_eq!(cluster.node(leader).leader_id(), Some(new_leader as u64), "it follows the new leader");
+    cluster.stop_all().await;
+}

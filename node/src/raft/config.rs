@@ -44,6 +44,13 @@ pub struct RaftNodeConfig {
 }
 
 impl RaftNodeConfig {
+    /// How recently a member must have heard from a quorum to be ready for traffic: a few
+    /// election timeouts, so a missed heartbeat or a slow fsync does not flap readiness, while
+    /// a member cut off from the quorum turns unready about when the others elect a new leader.
+    pub fn ready_within(&self) -> Duration {
+        3 * self.election_timeout
+    }
+
     pub fn new(node_id: NodeId, data_dir: PathBuf, advertise: String, secret: String) -> Self {
         RaftNodeConfig {
             node_id,

@@ -8,8 +8,9 @@
 //! - [`network`]: openraft's network over the peer port; [`append_stream`]: pipelined
 //!   replication given a Raft handle; [`forwarder`]: followers' writes to the leader, served
 //!   given only the leader's write.
-//! - [`node`]: one member's write and read paths; [`membership`]: bootstrapping, joining and
-//!   membership changes; [`rpc`]: the Raft routes of the peer port.
+//! - [`node`]: one member's write and read paths, and whether it is ready ([`readiness`]:
+//!   the rule, pure); [`membership`]: bootstrapping, joining and membership changes; [`rpc`]:
+//!   the Raft routes of the peer port.
 //! - [`stores`]: the replicated `Mailbox` and `SessionStore`.
 
 pub mod append_stream;
@@ -21,6 +22,7 @@ pub mod membership;
 pub mod messages;
 pub mod network;
 pub mod node;
+pub mod readiness;
 pub mod rpc;
 pub mod sm_store;
 pub mod state_machine;

@@ -10,6 +10,7 @@ use super::forwarder::{Forwarder, LeaderWrite};
 use super::log_store::LogStore;
 use super::messages::{ForwardedWrite, ReadIndexReply, Refusal, WriteReply};
 use super::network::NetworkFactory;
+use super::readiness::{self, NotReady, RaftView};
 use super::sm_store::StateMachineStore;
 use super::state_machine::{Command, Request, Response, WriteId};
 use super::types::TypeConfig;
@@ -21,7 +22,7 @@ use crate::peer::routes::READ_INDEX;
 use crate::tasks::TaskSet;
 use openraft::async_runtime::WatchReceiver;
 use openraft::errors::{ClientWriteError, RaftError};
-use openraft::{Config, ReadPolicy, SnapshotPolicy};
+use openraft::{Config, Instant as _, ReadPolicy, ServerState, SnapshotPolicy};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -91,6 +92,8 @@ impl RaftNode {
                 let Some(node) = weak.upgrade() else { return };
                 node.publish_metrics();
                 // Only the leader stamps time into the log, and only when something fell due.
+                // Bounded like every write: a leader without a quorum must not stall the ticker
+                // (and with it the metrics it publishes).
                 if node.leader_id() == Some(node.id)
                     && node.sm.read(|sm| sm.next_expiry()).is_some_and(|due| due <= now_ms())
                     && let Err(e) = node.write_as_leader(None, Command::Tick).await
@@ -127,6 +130,41 @@ impl RaftNode {
         self.raft.metrics().borrow_watched().current_leader
     }
 
+    /// Whether this member should take client traffic, and if not, why: it must have heard
+    /// from a quorum within [`RaftNodeConfig::ready_within`] (see [`readiness`]).
+    pub async fn readiness(&self) -> Result<(), NotReady> {
+        readiness::decide(&self.view().await, self.config.ready_within())
+    }
+
+    pub async fn is_ready(&self) -> bool {
+        self.readiness().await.is_ok()
+    }
+
+    /// What readiness is decided from. A leader's last quorum acknowledgement is in openraft's
+    /// metrics; a follower's last contact with the leader is not, so it is read from the Raft
+    /// state: the time the current vote was last renewed, which every message from the leader
+    /// it accepts (appends and heartbeats) does.
+    async fn view(&self) -> RaftView {
+        let (stopped, leader, sole_voter, quorum_acked) = {
+            let receiver = self.raft.metrics();
+            let m = receiver.borrow_watched();
+            let mut voters = m.membership_config.membership().voter_ids();
+            let sole_voter = voters.next() == Some(self.id) && voters.next().is_none();
+            let stopped = m.running_state.is_err() || m.state == ServerState::Shutdown;
+            (stopped, m.current_leader, sole_voter, m.last_quorum_acked.map(|t| t.into_inner()))
+        };
+        let since_leader_contact = match leader {
+            Some(leader) if leader != self.id => {
+                // Answered by the Raft core between two events; a core too busy to answer
+                // within the bound counts as no contact.
+                let renewed = self.raft.with_raft_state(|state| state.vote_last_modified());
+                tokio::time::timeout(self.config.election_timeout, renewed).await.ok().and_then(Result::ok).flatten().map(|t| t.elapsed())
+            }
+            _ => None,
+        };
+        RaftView { id: self.id, stopped, leader, sole_voter, since_quorum_ack: quorum_acked.map(|t| t.elapsed()), since_leader_contact }
+    }
+
     /// The leader and its peer address, as this node knows them.
     pub(super) fn leader(&self) -> Option<(NodeId, String)> {
         // Borrowed, not cloned: this runs for every write.
@@ -145,17 +183,19 @@ impl RaftNode {
     }
 
     /// Commit a command through whichever node leads, retrying across leader changes with the
-    /// same write id (so a retry of a write that did commit gets its first outcome).
+    /// same write id (so a retry of a write that did commit gets its first outcome). Every
+    /// attempt, here as leader or forwarded, is bounded by what is left of the write timeout:
+    /// a leader that lost its quorum fails the write at the timeout instead of holding it.
     pub async fn propose(&self, command: Command) -> Result<(Response, u64), RaftStoreError> {
         let write = WriteId { origin: self.id, serial: self.serial.fetch_add(1, Ordering::Relaxed) };
         let deadline = Instant::now() + self.config.write_timeout;
         let mut backoff = Duration::from_millis(5);
         loop {
+            let remaining = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(10));
             let attempt = match self.leader() {
-                Some((id, _)) if id == self.id => self.write_as_leader(Some(write), command.clone()).await,
+                Some((id, _)) if id == self.id => self.write_here_within(Some(write), command.clone(), remaining).await,
                 Some((_, addr)) => {
                     let forwarded = ForwardedWrite { write, command: command.clone() };
-                    let remaining = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(10));
                     self.forwarder.forward(addr, forwarded, remaining).await.unwrap_or_else(|e| Err(Refusal::Unavailable(e.to_string())))
                 }
                 None => Err(Refusal::Unavailable("no leader elected".into())),
@@ -186,13 +226,16 @@ impl RaftNode {
     }
 
     /// The leader's read index: a log position covering every write committed before the call.
+    /// A leader without a quorum cannot confirm it leads: refused after the write timeout.
     pub async fn leader_read_index(&self) -> Result<u64, Refusal> {
-        match self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
-            Ok(read) => Ok(read.index()),
-            Err(e) => Err(match e.forward_to_leader() {
+        let within = self.config.write_timeout;
+        match tokio::time::timeout(within, self.raft.ensure_linearizable(ReadPolicy::ReadIndex)).await {
+            Ok(Ok(read)) => Ok(read.index()),
+            Ok(Err(e)) => Err(match e.forward_to_leader() {
                 Some(f) => Refusal::NotLeader { leader: f.leader_id.zip(f.leader_node.as_ref().map(|n| n.addr.clone())) },
                 None => Refusal::Unavailable(e.to_string()),
             }),
+            Err(_) => Err(Refusal::Unavailable(format!("no quorum confirmed the read index within {within:?}"))),
         }
     }
 
@@ -219,13 +262,27 @@ impl RaftNode {
     }
 }
 
-impl LeaderWrite for RaftNode {
-    /// Propose on this node as leader, stamping the leader's clock into the entry.
-    async fn write_as_leader(&self, write: Option<WriteId>, command: Command) -> WriteReply {
+impl RaftNode {
+    /// Propose on this node as leader, stamping the leader's clock into the entry, and give up
+    /// waiting after `within`. openraft's `client_write` waits for the commit however long it
+    /// takes, and a leader cut off from its followers keeps leading (it never hears of a newer
+    /// term), so without the bound a write on it hangs until the partition heals. The entry
+    /// may still commit later (if this leader regains its quorum); a retry with the same write
+    /// id then gets its first outcome.
+    async fn write_here_within(&self, write: Option<WriteId>, command: Command, within: Duration) -> WriteReply {
         let request = Request { now: now_ms(), write, command };
-        match self.raft.client_write(request).await {
-            Ok(reply) => Ok((reply.data, reply.log_id.index)),
-            Err(e) => Err(self.refusal_from(e)),
+        match tokio::time::timeout(within, self.raft.client_write(request)).await {
+            Ok(Ok(reply)) => Ok((reply.data, reply.log_id.index)),
+            Ok(Err(e)) => Err(self.refusal_from(e)),
+            Err(_) => Err(Refusal::Unavailable(format!("not committed by a quorum within {within:?}"))),
         }
+    }
+}
+
+impl LeaderWrite for RaftNode {
+    /// Propose on this node as leader (a forwarded write, or the ticker's), bounded by the
+    /// write timeout.
+    async fn write_as_leader(&self, write: Option<WriteId>, command: Command) -> WriteReply {
+        self.write_here_within(write, command, self.config.write_timeout).await
     }
 }
