@@ -31,6 +31,11 @@ struct Reason {
     reason: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Limit {
+    limit: &'static str,
+}
+
 pub struct Metrics {
     registry: Mutex<Registry>,
     outcomes: Family<KindOutcome, Counter>,
@@ -45,6 +50,7 @@ pub struct Metrics {
     raft_applied: Gauge,
     mailboxes_pending: Gauge,
     answers_delivered: Counter,
+    limit_refusals: Family<Limit, Counter>,
 }
 
 impl Default for Metrics {
@@ -80,6 +86,8 @@ impl Metrics {
         registry.register("mailboxes_pending", "Mailboxes waiting for an answer", mailboxes_pending.clone());
         let answers_delivered = Counter::default();
         registry.register("answers_delivered", "Client answers this node received and delivered to a mailbox", answers_delivered.clone());
+        let limit_refusals = Family::<Limit, Counter>::default();
+        registry.register("limit_refusals", "Requests refused because they pass a configured limit, by limit", limit_refusals.clone());
         Metrics {
             registry: Mutex::new(registry),
             outcomes,
@@ -94,7 +102,17 @@ impl Metrics {
             raft_applied,
             mailboxes_pending,
             answers_delivered,
+            limit_refusals,
         }
+    }
+
+    /// Count a refusal by the limit `limit` (`entry_bytes`, ...).
+    pub fn limit_refused(&self, limit: &'static str) {
+        self.limit_refusals.get_or_create(&Limit { limit }).inc();
+    }
+
+    pub fn limit_refused_count(&self, limit: &'static str) -> u64 {
+        self.limit_refusals.get_or_create(&Limit { limit }).get()
     }
 
     pub fn outcome(&self, kind: RequestKind, outcome: &'static str) {

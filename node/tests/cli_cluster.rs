@@ -213,6 +213,7 @@ async fn bad_flags_are_refused_with_clear_errors() {
         (vec!["serve", "--node-id", "0", "--peers", "0=127.0.0.1:1"], "--encryption-key-file is required"),
         (vec!["serve", "--elicitation-timeout", "soon"], "invalid value 'soon' for '--elicitation-timeout"),
         (vec!["serve", "--heartbeat-interval", "2s", "--election-timeout", "1s", "--node-id", "0"], "must be longer"),
+        (vec!["serve", "--max-entry-bytes", "1000"], "1000 is not between 65536 and 67108864 bytes"),
         (vec!["cluster", "status"], "--cluster-secret-file is required"),
     ] {
         let out = Command::new(BIN).args(&args).current_dir(dir.path()).output().await.unwrap();

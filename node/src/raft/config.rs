@@ -41,7 +41,16 @@ pub struct RaftNodeConfig {
     pub source_ip: Option<std::net::IpAddr>,
     /// Fingerprint of the id-encryption key; peers with another one are refused.
     pub key_fingerprint: Option<String>,
+    /// The largest log entry a write may make (its encoded command), in bytes. A larger write
+    /// is refused before it is proposed ([`super::RaftStoreError::EntryTooLarge`]): every
+    /// entry must fit in one replication frame, and each one is held by every replica.
+    pub max_entry_bytes: usize,
 }
+
+/// Bounds of the byte limits above: an entry must fit in one peer frame
+/// ([`crate::peer::stream::MAX_FRAME`]) with room to spare.
+pub const MIN_LIMIT_BYTES: usize = 64 * 1024;
+pub const MAX_LIMIT_BYTES: usize = 64 * 1024 * 1024;
 
 impl RaftNodeConfig {
     /// How recently a member must have heard from a quorum to be ready for traffic: a few
@@ -67,6 +76,17 @@ impl RaftNodeConfig {
             write_timeout: Duration::from_secs(5),
             source_ip: None,
             key_fingerprint: None,
+            max_entry_bytes: 4 * 1024 * 1024,
         }
+    }
+
+    /// Refuse byte limits that would let an entry outgrow a frame.
+    pub fn check_limits(&self) -> Result<(), String> {
+        for (name, value, min) in [("max_entry_bytes", self.max_entry_bytes, MIN_LIMIT_BYTES)] {
+            if !(min..=MAX_LIMIT_BYTES).contains(&value) {
+                return Err(format!("{name} must be between {min} and {MAX_LIMIT_BYTES} bytes, got {value}"));
+            }
+        }
+        Ok(())
     }
 }

@@ -18,6 +18,7 @@ use crate::clock::now_ms;
 use crate::mailbox::NodeId;
 use crate::metrics::Metrics;
 use crate::peer::PeerClient;
+use crate::peer::codec::encoded_len;
 use crate::peer::routes::READ_INDEX;
 use crate::tasks::TaskSet;
 use openraft::async_runtime::WatchReceiver;
@@ -44,6 +45,7 @@ impl RaftNode {
     /// Start Raft. Serve the peer port (see [`super::rpc`]) before joining the cluster
     /// ([`RaftNode::join_cluster`]): bootstrapping talks to the other members.
     pub async fn start(config: RaftNodeConfig, metrics: Arc<Metrics>) -> Result<Arc<Self>, RaftStoreError> {
+        config.check_limits().map_err(RaftStoreError::Limits)?;
         let raft_config = Config {
             cluster_name: "switchboard".into(),
             heartbeat_interval: config.heartbeat.as_millis() as u64,
@@ -187,6 +189,12 @@ impl RaftNode {
     /// attempt, here as leader or forwarded, is bounded by what is left of the write timeout:
     /// a leader that lost its quorum fails the write at the timeout instead of holding it.
     pub async fn propose(&self, command: Command) -> Result<(Response, u64), RaftStoreError> {
+        let size = encoded_len(&command);
+        if size > self.config.max_entry_bytes {
+            self.metrics.limit_refused("entry_bytes");
+            tracing::debug!(size, limit = self.config.max_entry_bytes, "write refused: entry too large");
+            return Err(RaftStoreError::EntryTooLarge { size, limit: self.config.max_entry_bytes });
+        }
         let write = WriteId { origin: self.id, serial: self.serial.fetch_add(1, Ordering::Relaxed) };
         let deadline = Instant::now() + self.config.write_timeout;
         let mut backoff = Duration::from_millis(5);

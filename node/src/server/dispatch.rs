@@ -1,6 +1,6 @@
 //! Answering each client method: lists, tool calls, prompts, resources, completions, logging.
 
-use super::handle::Server;
+use super::handle::{Server, store_error};
 use super::{HandlerError, RequestContext, paginate};
 use crate::protocol::jsonrpc::{ErrorObject, RESOURCE_NOT_FOUND};
 use crate::protocol::types::{CallToolResult, LogLevel};
@@ -67,11 +67,7 @@ impl Server {
             "resources/subscribe" | "resources/unsubscribe" => {
                 let uri = required_str(&params, "uri")?;
                 // Kept in the session record, so the replica holding the stream knows.
-                self.inner
-                    .sessions
-                    .set_subscription(&ctx.session().id, uri, method == "resources/subscribe")
-                    .await
-                    .map_err(|e| ErrorObject::internal(e.to_string()))?;
+                self.inner.sessions.set_subscription(&ctx.session().id, uri, method == "resources/subscribe").await.map_err(store_error)?;
                 Ok(json!({}))
             }
             "completion/complete" => self.complete(&params),
@@ -79,7 +75,7 @@ impl Server {
                 let level: LogLevel = serde_json::from_value(params.get("level").cloned().unwrap_or(Value::Null))
                     .map_err(|e| ErrorObject::invalid_params(format!("invalid level: {e}")))?;
                 *self.local(&ctx.session().id).log_level.lock().unwrap() = Some(level);
-                self.inner.sessions.set_log_level(&ctx.session().id, level).await.map_err(|e| ErrorObject::internal(e.to_string()))?;
+                self.inner.sessions.set_log_level(&ctx.session().id, level).await.map_err(store_error)?;
                 Ok(json!({}))
             }
             other => Err(ErrorObject::method_not_found(other)),

@@ -44,6 +44,15 @@ pub enum SessionLookupError {
     Store(#[from] SessionError),
 }
 
+/// A session store failure as the client sees it: data too large to replicate is the client's
+/// to fix (invalid params); anything else is the server's (internal error).
+pub(super) fn store_error(e: SessionError) -> ErrorObject {
+    match e {
+        SessionError::TooLarge { .. } => ErrorObject::invalid_params(e.to_string()),
+        SessionError::Unavailable(_) => ErrorObject::internal(e.to_string()),
+    }
+}
+
 impl Server {
     pub fn node_id(&self) -> u64 {
         self.inner.config.node_id
@@ -74,7 +83,7 @@ impl Server {
             log_level: LogLevel::Info,
             subscriptions: Default::default(),
         };
-        self.inner.sessions.create(record.clone()).await.map_err(|e| ErrorObject::internal(e.to_string()))?;
+        self.inner.sessions.create(record.clone()).await.map_err(store_error)?;
         let mut result = json!({
             "protocolVersion": version,
             "capabilities": {

@@ -49,6 +49,9 @@ pub struct SessionRecord {
 pub enum SessionError {
     #[error("session store unavailable: {0}")]
     Unavailable(#[source] crate::mailbox::BoxError),
+    /// The record or change is larger than the store replicates; nothing was written.
+    #[error("session data too large to replicate: {size} bytes, at most {limit}")]
+    TooLarge { size: usize, limit: usize },
 }
 
 #[async_trait]

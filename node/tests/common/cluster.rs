@@ -134,6 +134,11 @@ impl TestCluster {
         Self::start_inner(n, |_| {}, true, Some(mcp)).await
     }
 
+    /// Members with an MCP endpoint each, configured by `tweak`.
+    pub async fn start_with_mcp_and(n: usize, tweak: fn(&mut RaftNodeConfig), mcp: McpServerFor) -> TestCluster {
+        Self::start_inner(n, tweak, true, Some(mcp)).await
+    }
+
     /// Members talk to each other directly, with no proxies to partition them (benchmarks).
     pub async fn start_direct(n: usize, tweak: fn(&mut RaftNodeConfig)) -> TestCluster {
         Self::start_inner(n, tweak, false, None).await
