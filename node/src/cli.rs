@@ -199,6 +199,9 @@ pub struct ServeArgs {
     /// answer); larger ones are refused before they are proposed.
     #[arg(long, env = env::MAX_ENTRY_BYTES, default_value_t = 4 * 1024 * 1024, value_parser = limit_bytes)]
     pub max_entry_bytes: usize,
+    /// Bytes of log entries one replication request carries at most (past its first entry).
+    #[arg(long, env = env::REPLICATION_BATCH_BYTES, default_value_t = 8 * 1024 * 1024, value_parser = limit_bytes)]
+    pub replication_batch_bytes: usize,
 }
 
 /// A byte limit of the Raft layer: within the bounds that keep every frame under the cap.
@@ -341,6 +344,7 @@ fn raft_config(args: &ServeArgs, node_id: u64) -> Result<RaftNodeConfig, CliErro
     config.election_timeout = args.election_timeout;
     config.session_ttl = args.common.session_ttl;
     config.max_entry_bytes = args.max_entry_bytes;
+    config.replication_batch_bytes = args.replication_batch_bytes;
     Ok(config)
 }
 

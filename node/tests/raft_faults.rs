@@ -130,6 +130,47 @@ async fn a_partitioned_minority_refuses_writes_while_the_majority_serves() {
     cluster.stop_all().await;
 }
 
+/// The leader's applied index, once every member agrees who leads.
+fn applied(cluster: &TestCluster, member: usize) -> u64 {
+    cluster.node(member).raft.metrics().borrow_watched().last_applied.map_or(0, |id| id.index)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_catches_up_across_more_entries_than_one_peer_frame_holds() {
+    use futures::StreamExt;
+    let mut cluster = TestCluster::start(3).await;
+    let leader = cluster.wait_for_leader(Duration::from_secs(5)).await;
+    let lagging = (leader + 1) % 3;
+    cluster.partition(lagging);
+    // 300 answers of 1 MiB each: more than a peer frame (256 MiB) in all, and the same number
+    // of entries as one openraft payload (300), so one batch of them cannot be sent whole.
+    let answer = json!("x".repeat(1 << 20));
+    let keys: Vec<MailboxKey> = (0..300).map(|_| MailboxKey::random()).collect();
+    for key in &keys {
+        cluster.mailbox(leader).create(key, SessionTag::default(), leader as u64, Duration::from_secs(600)).await.unwrap();
+    }
+    // The answers back to back, so any 300 consecutive entries of the backlog are ~300 MiB.
+    let deliveries = futures::stream::iter(&keys).map(|key| {
+        let (store, answer) = (cluster.mailbox(leader), answer.clone());
+        async move { assert_eq!(store.deliver(key, SessionTag::default(), answer).await.unwrap(), DeliverOutcome::Delivered) }
+    });
+    deliveries.buffer_unordered(8).collect::<Vec<()>>().await;
+    let target = applied(&cluster, leader);
+    let healed = tokio::time::Instant::now();
+    cluster.heal();
+    while applied(&cluster, lagging) < target {
+        assert!(
+            healed.elapsed() < Duration::from_secs(45),
+            "the follower is stuck at {} of {target} after {:?}",
+            applied(&cluster, lagging),
+            healed.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("caught up {target} entries in {:?}", healed.elapsed());
+    cluster.stop_all().await;
+}
+
 /// Wait until `member`'s readiness is `ready`, or fail after `within`.
 async fn wait_ready(cluster: &TestCluster, member: usize, ready: bool, within: Duration) -> Duration {
     let started = tokio::time::Instant::now();

@@ -21,7 +21,8 @@ struct RedbBuilder;
 impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> for RedbBuilder {
     async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachineStore), StorageError<TypeConfig>> {
         let dir = tempfile::tempdir().unwrap();
-        let log = LogStore::open(dir.path()).unwrap();
+        // A budget of one byte: every replication read goes through the limited path.
+        let log = LogStore::open(dir.path()).unwrap().batch_budget(1);
         let sm = StateMachineStore::open(dir.path()).unwrap();
         Ok((dir, log, sm))
     }

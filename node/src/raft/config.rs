@@ -45,9 +45,13 @@ pub struct RaftNodeConfig {
     /// is refused before it is proposed ([`super::RaftStoreError::EntryTooLarge`]): every
     /// entry must fit in one replication frame, and each one is held by every replica.
     pub max_entry_bytes: usize,
+    /// Byte budget of one AppendEntries request. openraft bounds a batch only by its number of
+    /// entries; a batch ends before it would pass this (it always carries at least one entry),
+    /// so a follower far behind catches up in frames well under the peer frame limit.
+    pub replication_batch_bytes: usize,
 }
 
-/// Bounds of the byte limits above: an entry must fit in one peer frame
+/// Bounds of the byte limits above: an entry or a batch must fit in one peer frame
 /// ([`crate::peer::stream::MAX_FRAME`]) with room to spare.
 pub const MIN_LIMIT_BYTES: usize = 64 * 1024;
 pub const MAX_LIMIT_BYTES: usize = 64 * 1024 * 1024;
@@ -77,12 +81,16 @@ impl RaftNodeConfig {
             source_ip: None,
             key_fingerprint: None,
             max_entry_bytes: 4 * 1024 * 1024,
+            replication_batch_bytes: 8 * 1024 * 1024,
         }
     }
 
-    /// Refuse byte limits that would let an entry outgrow a frame.
+    /// Refuse byte limits that would let an entry or a batch outgrow a frame.
     pub fn check_limits(&self) -> Result<(), String> {
-        for (name, value, min) in [("max_entry_bytes", self.max_entry_bytes, MIN_LIMIT_BYTES)] {
+        for (name, value, min) in [
+            ("max_entry_bytes", self.max_entry_bytes, MIN_LIMIT_BYTES),
+            ("replication_batch_bytes", self.replication_batch_bytes, MIN_LIMIT_BYTES),
+        ] {
             if !(min..=MAX_LIMIT_BYTES).contains(&value) {
                 return Err(format!("{name} must be between {min} and {MAX_LIMIT_BYTES} bytes, got {value}"));
             }

@@ -21,19 +21,27 @@ use std::time::Duration;
 pub struct NetworkFactory {
     pub client: PeerClient,
     pub streams: append_stream::Pool,
+    /// Bytes of replication requests a follower may have unanswered.
+    pub in_flight_bytes: usize,
 }
 
 pub struct Connection {
     client: PeerClient,
     streams: append_stream::Pool,
     addr: String,
+    in_flight_bytes: usize,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = Connection;
 
     async fn new_client(&mut self, _target: u64, node: &BasicNode) -> Connection {
-        Connection { client: self.client.clone(), streams: self.streams.clone(), addr: node.addr.clone() }
+        Connection {
+            client: self.client.clone(),
+            streams: self.streams.clone(),
+            addr: node.addr.clone(),
+            in_flight_bytes: self.in_flight_bytes,
+        }
     }
 }
 
@@ -73,7 +81,7 @@ impl RaftNetworkV2<TypeConfig> for Connection {
     where
         S: futures::Stream<Item = AppendEntriesRequest<TypeConfig>> + openraft::OptionalSend + Unpin + 'static,
     {
-        append_stream::open(&self.client, &self.streams, &self.addr, input)
+        append_stream::open(&self.client, &self.streams, &self.addr, self.in_flight_bytes, input)
     }
 
     async fn vote(&mut self, rpc: VoteRequest<TypeConfig>, option: RPCOption) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {

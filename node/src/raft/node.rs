@@ -28,6 +28,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+/// Replication batches a follower may have unanswered: enough to keep it busy while the
+/// previous results travel back, few enough that it never holds much more than that.
+const IN_FLIGHT_BATCHES: usize = 4;
+
 pub struct RaftNode {
     pub id: NodeId,
     pub raft: Raft,
@@ -60,10 +64,14 @@ impl RaftNode {
             ..Default::default()
         }
         .validate()?;
-        let log_store = LogStore::open(&config.data_dir)?;
+        let log_store = LogStore::open(&config.data_dir)?.batch_budget(config.replication_batch_bytes);
         let sm = StateMachineStore::open(&config.data_dir)?;
         let client = PeerClient::new(config.secret.clone(), config.source_ip, config.key_fingerprint.clone());
-        let network = NetworkFactory { client: client.clone(), streams: Default::default() };
+        let network = NetworkFactory {
+            client: client.clone(),
+            streams: Default::default(),
+            in_flight_bytes: IN_FLIGHT_BATCHES * config.replication_batch_bytes,
+        };
         let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log_store, sm.clone())
             .await
             .map_err(|e| RaftStoreError::Fatal(Box::new(e)))?;
@@ -71,7 +79,7 @@ impl RaftNode {
             id: config.node_id,
             raft,
             sm,
-            forwarder: Forwarder::start(client.clone(), config.write_timeout),
+            forwarder: Forwarder::start(client.clone(), config.write_timeout, config.replication_batch_bytes),
             client,
             // Random start: a restarted node must not reuse serials still in the dedup window.
             serial: AtomicU64::new(rand::random::<u64>() >> 1),
