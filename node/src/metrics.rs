@@ -51,6 +51,7 @@ pub struct Metrics {
     mailboxes_pending: Gauge,
     answers_delivered: Counter,
     limit_refusals: Family<Limit, Counter>,
+    snapshot_chunks_received: Counter,
 }
 
 impl Default for Metrics {
@@ -88,6 +89,12 @@ impl Metrics {
         registry.register("answers_delivered", "Client answers this node received and delivered to a mailbox", answers_delivered.clone());
         let limit_refusals = Family::<Limit, Counter>::default();
         registry.register("limit_refusals", "Requests refused because they pass a configured limit, by limit", limit_refusals.clone());
+        let snapshot_chunks_received = Counter::default();
+        registry.register(
+            "raft_snapshot_chunks_received",
+            "Pieces of snapshots received from the leader",
+            snapshot_chunks_received.clone(),
+        );
         Metrics {
             registry: Mutex::new(registry),
             outcomes,
@@ -103,7 +110,16 @@ impl Metrics {
             mailboxes_pending,
             answers_delivered,
             limit_refusals,
+            snapshot_chunks_received,
         }
+    }
+
+    pub fn snapshot_chunk_received(&self) {
+        self.snapshot_chunks_received.inc();
+    }
+
+    pub fn snapshot_chunks_received_count(&self) -> u64 {
+        self.snapshot_chunks_received.get()
     }
 
     /// Count a refusal by the limit `limit` (`entry_bytes`, ...).

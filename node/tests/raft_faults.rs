@@ -42,11 +42,16 @@ async fn a_parked_waiter_survives_the_leader_being_killed() {
 
 /// Acknowledged deliveries to `count` fresh mailboxes, created through `via`.
 async fn deliver_many(cluster: &TestCluster, via: usize, count: usize) -> Vec<(MailboxKey, serde_json::Value)> {
+    deliver_many_padded(cluster, via, count, 0).await
+}
+
+/// The same, each answer padded with `pad` bytes.
+async fn deliver_many_padded(cluster: &TestCluster, via: usize, count: usize, pad: usize) -> Vec<(MailboxKey, serde_json::Value)> {
     let mut acked = Vec::new();
     for i in 0..count {
         let key = MailboxKey::random();
         cluster.mailbox(via).create(&key, SessionTag::default(), via as u64, Duration::from_secs(600)).await.unwrap();
-        let value = json!({"n": i});
+        let value = if pad == 0 { json!({"n": i}) } else { json!({"n": i, "pad": "x".repeat(pad)}) };
         assert_eq!(cluster.mailbox(via).deliver(&key, SessionTag::default(), value.clone()).await.unwrap(), DeliverOutcome::Delivered);
         acked.push((key, value));
     }
@@ -97,6 +102,36 @@ async fn a_restarted_follower_catches_up_through_a_snapshot_after_purge() {
     assert_all_delivered(&cluster, follower, &during).await;
     assert!(cluster.node(follower).raft.metrics().borrow_watched().snapshot.is_some(), "caught up by installing a snapshot");
     assert!(cluster.data_dir(follower).join("snapshot.bin").exists(), "the installed snapshot is on disk");
+    cluster.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_catches_up_through_a_snapshot_sent_in_many_pieces() {
+    const CHUNK: u64 = 16 * 1024;
+    let mut cluster = TestCluster::start_with(3, |c| {
+        c.snapshot_every = 20;
+        c.keep_logs = 0;
+        c.snapshot_chunk_bytes = CHUNK as usize;
+    })
+    .await;
+    let leader = cluster.wait_for_leader(Duration::from_secs(5)).await;
+    let lagging = (leader + 1) % 3;
+    let lagging_last = cluster.node(lagging).raft.metrics().borrow_watched().last_log_index.unwrap_or(0);
+    cluster.partition(lagging);
+    // About 1 MiB of state: the snapshot needs dozens of pieces.
+    let during = deliver_many_padded(&cluster, leader, 40, 25_000).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while cluster.node(leader).raft.metrics().borrow_watched().purged.is_none_or(|p| p.index <= lagging_last) {
+        assert!(tokio::time::Instant::now() < deadline, "leader never purged its log");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cluster.heal();
+    assert_all_delivered(&cluster, lagging, &during).await;
+    assert!(cluster.node(lagging).raft.metrics().borrow_watched().snapshot.is_some(), "caught up by installing a snapshot");
+    let size = std::fs::metadata(cluster.data_dir(lagging).join("snapshot.bin")).unwrap().len();
+    let pieces = cluster.metrics[lagging].snapshot_chunks_received_count();
+    assert!(size > 40 * CHUNK, "a snapshot of {size} bytes");
+    assert!(pieces >= size / CHUNK, "{size} bytes arrived in {pieces} pieces of at most {CHUNK}");
     cluster.stop_all().await;
 }
 

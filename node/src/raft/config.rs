@@ -49,6 +49,8 @@ pub struct RaftNodeConfig {
     /// entries; a batch ends before it would pass this (it always carries at least one entry),
     /// so a follower far behind catches up in frames well under the peer frame limit.
     pub replication_batch_bytes: usize,
+    /// A snapshot travels to a follower in pieces of at most this many bytes.
+    pub snapshot_chunk_bytes: usize,
 }
 
 /// Bounds of the byte limits above: an entry or a batch must fit in one peer frame
@@ -82,14 +84,16 @@ impl RaftNodeConfig {
             key_fingerprint: None,
             max_entry_bytes: 4 * 1024 * 1024,
             replication_batch_bytes: 8 * 1024 * 1024,
+            snapshot_chunk_bytes: 4 * 1024 * 1024,
         }
     }
 
-    /// Refuse byte limits that would let an entry or a batch outgrow a frame.
+    /// Refuse byte limits that would let an entry, a batch or a snapshot piece outgrow a frame.
     pub fn check_limits(&self) -> Result<(), String> {
         for (name, value, min) in [
             ("max_entry_bytes", self.max_entry_bytes, MIN_LIMIT_BYTES),
             ("replication_batch_bytes", self.replication_batch_bytes, MIN_LIMIT_BYTES),
+            ("snapshot_chunk_bytes", self.snapshot_chunk_bytes, 1),
         ] {
             if !(min..=MAX_LIMIT_BYTES).contains(&value) {
                 return Err(format!("{name} must be between {min} and {MAX_LIMIT_BYTES} bytes, got {value}"));

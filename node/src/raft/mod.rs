@@ -6,8 +6,8 @@
 //! - [`state_machine`]: the replicated state and its rules, pure.
 //! - [`log_store`] and [`sm_store`]: openraft storage (redb log, snapshot files).
 //! - [`network`]: openraft's network over the peer port; [`append_stream`]: pipelined
-//!   replication given a Raft handle; [`forwarder`]: followers' writes to the leader, served
-//!   given only the leader's write.
+//!   replication given a Raft handle; [`snapshot_stream`]: snapshots sent in pieces;
+//!   [`forwarder`]: followers' writes to the leader, served given only the leader's write.
 //! - [`node`]: one member's write and read paths, and whether it is ready ([`readiness`]:
 //!   the rule, pure); [`membership`]: bootstrapping, joining and membership changes; [`rpc`]:
 //!   the Raft routes of the peer port.
@@ -25,6 +25,7 @@ pub mod node;
 pub mod readiness;
 pub mod rpc;
 pub mod sm_store;
+pub mod snapshot_stream;
 pub mod state_machine;
 pub mod stores;
 pub mod types;

@@ -71,6 +71,7 @@ impl RaftNode {
             client: client.clone(),
             streams: Default::default(),
             in_flight_bytes: IN_FLIGHT_BATCHES * config.replication_batch_bytes,
+            snapshot_chunk_bytes: config.snapshot_chunk_bytes,
         };
         let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log_store, sm.clone())
             .await
