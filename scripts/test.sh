@@ -4,7 +4,8 @@
 #   0. the gate: cargo fmt --check, clippy -D warnings on every target, rustdoc -D warnings,
 #      and the node's layer rules (scripts/check-layers.py: no file-level import cycles, no
 #      layer using a higher one)
-#   1. installs the test tools into .tools/ (Node 22, the MCP conformance suite) if missing
+#   1. installs the test tools into .tools/ (Node 22, the MCP conformance suite) if missing,
+#      and Debian's faketime (the clock-skew test shifts one node's clock with it)
 #   2. cargo test --workspace (all Rust unit and integration tests)
 #   3. the Helm chart: helm lint, helm template, kubernetes-validate --strict, CRD drift
 #      (scripts/chart-check.sh; installs Helm and the validator into .tools)
@@ -32,8 +33,10 @@ python3 "$REPO/scripts/check-layers.py" node/src
 step "test tools"
 node22="$(ensure_node22)"
 conformance="$(ensure_conformance)"
+libfaketime="$(ensure_faketime)"
 echo "node 22:     $node22 ($("$node22" --version))"
 echo "conformance: $conformance"
+echo "faketime:    $libfaketime"
 
 step "cargo test --workspace"
 cargo test --workspace

@@ -20,8 +20,17 @@ pub const NODE_ID: &str = "SWITCHBOARD_NODE_ID";
 pub const LISTEN: &str = "SWITCHBOARD_LISTEN";
 /// `--metrics-listen`: address of `/metrics`, `/healthz` and `/readyz`.
 pub const METRICS_LISTEN: &str = "SWITCHBOARD_METRICS_LISTEN";
-/// `--allowed-hosts`: host names accepted in Host/Origin (`*` accepts any).
+/// `--allowed-hosts`: host names accepted in `Host` (`*` accepts any Host, never any Origin).
 pub const ALLOWED_HOSTS: &str = "SWITCHBOARD_ALLOWED_HOSTS";
+/// `--allowed-origins`: origins accepted in `Origin` (default: http and https on any port of the
+/// allowed hosts).
+pub const ALLOWED_ORIGINS: &str = "SWITCHBOARD_ALLOWED_ORIGINS";
+/// `--header-read-timeout`: how long a client may take to send a request's headers.
+pub const HEADER_READ_TIMEOUT: &str = "SWITCHBOARD_HEADER_READ_TIMEOUT";
+/// `--idle-connection-timeout`: how long a kept-alive connection may wait for its next request.
+pub const IDLE_CONNECTION_TIMEOUT: &str = "SWITCHBOARD_IDLE_CONNECTION_TIMEOUT";
+/// `--max-connections`: most open connections per port (MCP, peer, metrics).
+pub const MAX_CONNECTIONS: &str = "SWITCHBOARD_MAX_CONNECTIONS";
 /// `--max-body-bytes`: largest request body.
 pub const MAX_BODY_BYTES: &str = "SWITCHBOARD_MAX_BODY_BYTES";
 /// `--no-standalone-stream`: refuse the standalone GET stream.
@@ -66,6 +75,10 @@ pub const SERVE: &[&str] = &[
     LISTEN,
     METRICS_LISTEN,
     ALLOWED_HOSTS,
+    ALLOWED_ORIGINS,
+    HEADER_READ_TIMEOUT,
+    IDLE_CONNECTION_TIMEOUT,
+    MAX_CONNECTIONS,
     MAX_BODY_BYTES,
     NO_STANDALONE_STREAM,
     STORE,
@@ -92,7 +105,7 @@ mod tests {
     fn serve_lists_each_flag_once_with_the_prefix() {
         let unique: BTreeSet<&str> = SERVE.iter().copied().collect();
         assert_eq!(unique.len(), SERVE.len(), "a name is listed twice");
-        assert_eq!(SERVE.len(), 24);
+        assert_eq!(SERVE.len(), 28);
         for name in SERVE {
             assert!(name.starts_with("SWITCHBOARD_") && name[12..].chars().all(|c| c.is_ascii_uppercase() || c == '_'), "{name}");
         }

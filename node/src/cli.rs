@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use switchboard_contract::duration::parse_duration;
 use switchboard_contract::env;
+use switchboard_contract::origin::{AllowedOrigin, parse_allowed_host, parse_allowed_origin};
 
 #[derive(Parser, Debug)]
 #[command(name = "switchboard", version, about = "Clustered MCP server runtime")]
@@ -155,9 +156,26 @@ pub struct ServeArgs {
     /// Address of `/metrics`, `/healthz` and `/readyz`.
     #[arg(long, env = env::METRICS_LISTEN, default_value = "0.0.0.0:9090")]
     pub metrics_listen: SocketAddr,
-    /// Host names accepted in Host/Origin (DNS-rebinding protection); `*` accepts any.
-    #[arg(long, env = env::ALLOWED_HOSTS, value_delimiter = ',', default_value = "localhost,127.0.0.1,[::1]")]
+    /// Host names accepted in the Host header (DNS-rebinding protection); `*` accepts any Host
+    /// but never opens the Origin check.
+    #[arg(long, env = env::ALLOWED_HOSTS, value_delimiter = ',', default_value = "localhost,127.0.0.1,[::1]", value_parser = parse_allowed_host)]
     pub allowed_hosts: Vec<String>,
+    /// Origins browser clients may send (`https://app.example.com`, `http://localhost:5173`); a
+    /// request without Origin passes. Default: http and https on any port of each allowed host
+    /// (none for `*`).
+    #[arg(long, env = env::ALLOWED_ORIGINS, value_delimiter = ',', value_parser = parse_allowed_origin)]
+    pub allowed_origins: Vec<AllowedOrigin>,
+    /// How long a client may take to send a request's headers, counted from connecting or from
+    /// the first byte of a later request on a kept-alive connection; slower connections are closed.
+    #[arg(long, env = env::HEADER_READ_TIMEOUT, value_parser = parse_duration, default_value = "10s")]
+    pub header_read_timeout: Duration,
+    /// How long a kept-alive connection may wait for its next request once the last response is
+    /// written (never cuts a response still going out, such as an SSE stream).
+    #[arg(long, env = env::IDLE_CONNECTION_TIMEOUT, value_parser = parse_duration, default_value = "120s")]
+    pub idle_connection_timeout: Duration,
+    /// Most open connections on each port (MCP, peer, metrics); one beyond it is closed at once.
+    #[arg(long, env = env::MAX_CONNECTIONS, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections: u32,
     /// Largest accepted request body, in bytes.
     #[arg(long, env = env::MAX_BODY_BYTES, default_value_t = 4 * 1024 * 1024)]
     pub max_body_bytes: usize,
@@ -403,16 +421,31 @@ async fn serve(args: ServeArgs) -> Result<(), CliError> {
     let config = http::HttpConfig {
         max_body_bytes: args.max_body_bytes,
         allowed_hosts: args.allowed_hosts.clone(),
+        allowed_origins: args.allowed_origins.clone(),
+        connections: http::ConnectionLimits {
+            header_read_timeout: args.header_read_timeout,
+            idle_timeout: args.idle_connection_timeout,
+            max_connections: args.max_connections as usize,
+        },
         standalone_stream: !args.no_standalone_stream,
         ..Default::default()
     };
+    let limits = config.connections.clone();
+    let metrics = Arc::new(Metrics::new());
     let builder = server_builder(&args.common, node_id, Arc::new(sealer));
-    let node = Node::assemble(builder, store, config, Arc::new(Metrics::new())).await?;
+    let node = Node::assemble(builder, store, config, metrics.clone()).await?;
     let mcp = bind(args.listen).await?;
     let metrics_listener = bind(args.metrics_listen).await?;
     tracing::info!(node_id, listen = %mcp.local_addr()?, metrics = %metrics_listener.local_addr()?, "switchboard node serving MCP at /mcp");
-    let metrics_task = tokio::spawn(http::serve(metrics_listener, node.metrics_router(), shutdown_signal()));
-    http::serve(mcp, node.mcp_router(), shutdown_signal()).await?;
+    let metrics_task = tokio::spawn(http::serve_limited(
+        metrics_listener,
+        node.metrics_router(),
+        shutdown_signal(),
+        "metrics",
+        limits.clone(),
+        metrics.clone(),
+    ));
+    http::serve_limited(mcp, node.mcp_router(), shutdown_signal(), "mcp", limits, metrics).await?;
     metrics_task.abort();
     node.stop().await;
     Ok(())

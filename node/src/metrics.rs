@@ -27,6 +27,17 @@ struct Protocol {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Port {
+    port: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PortLimit {
+    port: &'static str,
+    limit: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Reason {
     reason: &'static str,
 }
@@ -43,6 +54,9 @@ pub struct Metrics {
     orphans: Family<Reason, Counter>,
     sessions: Gauge,
     peer_refused: Family<Reason, Counter>,
+    http_refused: Family<Reason, Counter>,
+    connections_open: Family<Port, Gauge>,
+    connections_dropped: Family<PortLimit, Counter>,
     peer_streams_accepted: Family<Protocol, Counter>,
     raft_term: Gauge,
     raft_leader: Gauge,
@@ -73,6 +87,20 @@ impl Metrics {
         registry.register("sessions_local", "Sessions with state on this node", sessions.clone());
         let peer_refused = Family::<Reason, Counter>::default();
         registry.register("peer_requests_refused", "Peer requests refused, by reason", peer_refused.clone());
+        let http_refused = Family::<Reason, Counter>::default();
+        registry.register(
+            "http_requests_refused",
+            "MCP requests refused before reaching the server, by reason (host: Host not allowed, origin: Origin not allowed)",
+            http_refused.clone(),
+        );
+        let connections_open = Family::<Port, Gauge>::default();
+        registry.register("connections_open", "Open connections, by port (mcp, peer, metrics)", connections_open.clone());
+        let connections_dropped = Family::<PortLimit, Counter>::default();
+        registry.register(
+            "connections_dropped",
+            "Connections a limit closed, by port and limit (max_connections: refused at accept; header_read_timeout; idle_timeout)",
+            connections_dropped.clone(),
+        );
         let peer_streams_accepted = Family::<Protocol, Counter>::default();
         registry.register(
             "peer_streams_accepted",
@@ -102,6 +130,9 @@ impl Metrics {
             orphans,
             sessions,
             peer_refused,
+            http_refused,
+            connections_open,
+            connections_dropped,
             peer_streams_accepted,
             raft_term,
             raft_leader,
@@ -157,6 +188,34 @@ impl Metrics {
 
     pub fn peer_refused_count(&self, reason: &'static str) -> u64 {
         self.peer_refused.get_or_create(&Reason { reason }).get()
+    }
+
+    pub fn http_refused(&self, reason: &'static str) {
+        self.http_refused.get_or_create(&Reason { reason }).inc();
+    }
+
+    pub fn http_refused_count(&self, reason: &'static str) -> u64 {
+        self.http_refused.get_or_create(&Reason { reason }).get()
+    }
+
+    pub fn connection_opened(&self, port: &'static str) {
+        self.connections_open.get_or_create(&Port { port }).inc();
+    }
+
+    pub fn connection_closed(&self, port: &'static str) {
+        self.connections_open.get_or_create(&Port { port }).dec();
+    }
+
+    pub fn connections_open(&self, port: &'static str) -> i64 {
+        self.connections_open.get_or_create(&Port { port }).get()
+    }
+
+    pub fn connection_dropped(&self, port: &'static str, limit: &'static str) {
+        self.connections_dropped.get_or_create(&PortLimit { port, limit }).inc();
+    }
+
+    pub fn connections_dropped_count(&self, port: &'static str, limit: &'static str) -> u64 {
+        self.connections_dropped.get_or_create(&PortLimit { port, limit }).get()
     }
 
     pub fn peer_stream_accepted(&self, protocol: &'static str) {

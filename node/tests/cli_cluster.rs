@@ -215,6 +215,9 @@ async fn bad_flags_are_refused_with_clear_errors() {
         (vec!["serve", "--heartbeat-interval", "2s", "--election-timeout", "1s", "--node-id", "0"], "must be longer"),
         (vec!["serve", "--max-entry-bytes", "1000"], "1000 is not between 65536 and 67108864 bytes"),
         (vec!["serve", "--replication-batch-bytes", "1gb"], "invalid byte count"),
+        (vec!["serve", "--allowed-origins", "*"], "* is not an origin"),
+        (vec!["serve", "--allowed-origins", "https://app.example.com/"], "is not an origin: write http://HOST or https://HOST"),
+        (vec!["serve", "--allowed-hosts", "mcp.example.com:8080"], "is not a host name"),
         (vec!["cluster", "status"], "--cluster-secret-file is required"),
     ] {
         let out = Command::new(BIN).args(&args).current_dir(dir.path()).output().await.unwrap();

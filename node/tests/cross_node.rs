@@ -32,7 +32,7 @@ async fn start_with(tweak: fn(&mut switchboard_node::raft::RaftNodeConfig)) -> M
             .cluster(stores.link)
             .build(stores.mailbox, stores.sessions)
     });
-    let raft = TestCluster::start_with_mcp_and(3, tweak, build).await;
+    let raft = TestCluster::start_tweaked_with_mcp(3, tweak, build).await;
     let (mut urls, mut servers) = (Vec::new(), Vec::new());
     for member in raft.members.iter().map(|m| m.as_ref().unwrap()) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

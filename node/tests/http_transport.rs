@@ -122,6 +122,75 @@ async fn host_and_origin_are_checked_against_the_allow_list() {
     assert_eq!(res.status(), 403, "127.0.0.1 is no longer listed");
 }
 
+/// `Host` and `Origin` are checked against separate lists: `*` for hosts accepts any Host but
+/// never any Origin; origins default to http and https on any port of the named hosts.
+#[tokio::test]
+async fn hosts_and_origins_are_separate_lists() {
+    use switchboard_contract::origin::parse_allowed_origin;
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})
+    .to_string();
+    let config = |hosts: &[&str], origins: &[&str]| HttpConfig {
+        allowed_hosts: hosts.iter().map(|h| h.to_string()).collect(),
+        allowed_origins: origins.iter().map(|o| parse_allowed_origin(o).unwrap()).collect(),
+        ..Default::default()
+    };
+    // (allowed hosts, allowed origins, Host sent (None: the server's address), Origin sent,
+    //  refused because of: None for 200, else the header that made it 403)
+    type Row<'a> = (&'a [&'a str], &'a [&'a str], Option<&'a str>, Option<&'a str>, Option<&'a str>);
+    let table: &[Row] = &[
+        // The defaults: loopback hosts, their http(s) origins on any port.
+        (&["localhost", "127.0.0.1", "[::1]"], &[], None, None, None),
+        (&["localhost", "127.0.0.1", "[::1]"], &[], Some("evil.example.com"), None, Some("host")),
+        (&["localhost", "127.0.0.1", "[::1]"], &[], None, Some("http://localhost:5173"), None),
+        (&["localhost", "127.0.0.1", "[::1]"], &[], None, Some("https://127.0.0.1"), None),
+        (&["localhost", "127.0.0.1", "[::1]"], &[], None, Some("http://evil.example.com"), Some("origin")),
+        (&["localhost", "127.0.0.1", "[::1]"], &[], None, Some("http://localhost.evil.example.com"), Some("origin")),
+        (&["localhost", "127.0.0.1", "[::1]"], &[], None, Some("null"), Some("origin")),
+        (&["localhost", "127.0.0.1", "[::1]"], &[], None, Some("file://localhost"), Some("origin")),
+        // Any Host, but still no foreign Origin: `*` derives no origin at all.
+        (&["*"], &[], Some("evil.example.com"), None, None),
+        (&["*"], &[], Some("evil.example.com"), Some("http://evil.example.com"), Some("origin")),
+        (&["*"], &[], None, Some("http://localhost:3000"), Some("origin")),
+        // Any Host, listed origins only, on their exact port.
+        (&["*"], &["https://app.example.com"], Some("mcp.internal"), Some("https://app.example.com"), None),
+        (&["*"], &["https://app.example.com"], Some("mcp.internal"), Some("https://app.example.com:443"), None),
+        (&["*"], &["https://app.example.com"], Some("mcp.internal"), Some("https://app.example.com:8443"), Some("origin")),
+        (&["*"], &["https://app.example.com"], Some("mcp.internal"), Some("http://app.example.com"), Some("origin")),
+        (&["*"], &["https://app.example.com"], Some("mcp.internal"), Some("https://evil.example.com"), Some("origin")),
+        // A named host: its own origins pass, the loopback defaults are gone.
+        (&["mcp.example.com"], &[], Some("mcp.example.com"), Some("https://mcp.example.com"), None),
+        (&["mcp.example.com"], &[], Some("MCP.example.com:8080"), Some("http://mcp.example.com:8080"), None),
+        (&["mcp.example.com"], &[], None, None, Some("host")),
+        (&["mcp.example.com"], &[], Some("mcp.example.com"), Some("http://localhost:8080"), Some("origin")),
+        // Listed origins replace the derived ones.
+        (&["mcp.example.com"], &["https://app.example.com"], Some("mcp.example.com"), Some("https://mcp.example.com"), Some("origin")),
+    ];
+    for (i, (hosts, origins, host, origin, refused)) in table.iter().enumerate() {
+        let srv = start(ServerConfig::default(), config(hosts, origins)).await;
+        let client = RawClient::new(&srv.url);
+        let mut request = client.post(init.clone());
+        if let Some(host) = host {
+            request = request.header("host", *host);
+        }
+        if let Some(origin) = origin {
+            request = request.header("origin", *origin);
+        }
+        let res = request.send().await.unwrap();
+        let row = format!("row {i}: hosts {hosts:?}, origins {origins:?}, Host {host:?}, Origin {origin:?}");
+        let Some(reason) = refused else {
+            assert_eq!(res.status(), 200, "{row}");
+            continue;
+        };
+        assert_eq!(res.status(), 403, "{row}");
+        let body: Value = res.json().await.unwrap();
+        assert_eq!((&body["jsonrpc"], &body["id"], &body["error"]["code"]), (&json!("2.0"), &Value::Null, &json!(-32000)), "{row}: {body}");
+        let expected = if *reason == "origin" { "Invalid Origin" } else { "Invalid Host" };
+        assert!(body["error"]["message"].as_str().unwrap().starts_with(expected), "{row}: {body}");
+        assert_eq!(srv.server.metrics().http_refused_count(reason), 1, "{row}: counted as {reason}");
+    }
+}
+
 #[tokio::test]
 async fn oversized_bodies_get_413_and_change_nothing() {
     let srv = start(ServerConfig::default(), HttpConfig { max_body_bytes: 1024, ..Default::default() }).await;

@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use switchboard_contract::origin;
 
 /// CEL for the duration in the string field `$field`, read as
 /// [`switchboard_contract::duration::parse_duration`] reads it: a bare number is seconds (CEL's
@@ -98,7 +99,42 @@ pub struct McpServerSpec {
     /// The Service clients reach the MCP endpoint through.
     #[serde(default)]
     pub service: ServiceSettings,
+    /// Extra names the MCP endpoint accepts in the `Host` header (an Ingress or LoadBalancer
+    /// name, say), besides the ones the operator always lists: the client Service's DNS names
+    /// (`NAME`, `NAME.NAMESPACE`, `NAME.NAMESPACE.svc`, `NAME.NAMESPACE.svc.CLUSTER_DOMAIN`) and
+    /// loopback (for `kubectl port-forward`). No port, no scheme. `*` accepts any Host; the
+    /// Origin check stays.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(max = 253)))]
+    #[x_kube(validation = Rule::new(allowed_hosts_rule()).message(ALLOWED_HOSTS_MESSAGE))]
+    pub allowed_hosts: Vec<String>,
+    /// Origins browser clients may send (`https://app.example.com`, `http://localhost:5173`):
+    /// `http` or `https`, a host, an optional port; never `*`. Without any, the node accepts
+    /// `http` and `https` on any port of each allowed host. Requests without `Origin` (clients
+    /// that are not browsers) are always accepted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(max = 270)))]
+    #[x_kube(validation = Rule::new(allowed_origins_rule()).message(ALLOWED_ORIGINS_MESSAGE))]
+    pub allowed_origins: Vec<String>,
 }
+
+/// The CEL rule of `spec.allowedHosts`: each entry as
+/// [`switchboard_contract::origin::parse_allowed_host`] reads it.
+pub fn allowed_hosts_rule() -> String {
+    format!("self.all(h, size(h) <= {} && h.matches(r'{}'))", origin::MAX_HOST_LEN, origin::HOST_PATTERN)
+}
+/// The message shown when [`allowed_hosts_rule`] fails.
+pub const ALLOWED_HOSTS_MESSAGE: &str =
+    "allowedHosts entries must be *, a DNS name, an IPv4 address or a bracketed IPv6 address ([::1]), without port or scheme";
+
+/// The CEL rule of `spec.allowedOrigins`: each entry as
+/// [`switchboard_contract::origin::parse_allowed_origin`] reads it (so never `*`).
+pub fn allowed_origins_rule() -> String {
+    format!("self.all(o, o.matches(r'{}'))", origin::ORIGIN_PATTERN)
+}
+/// The message shown when [`allowed_origins_rule`] fails.
+pub const ALLOWED_ORIGINS_MESSAGE: &str =
+    "allowedOrigins entries must be http://HOST or https://HOST with an optional :PORT (no *, no path, no trailing slash)";
 
 fn default_replicas() -> i32 {
     3
@@ -447,6 +483,84 @@ mod tests {
         assert_eq!(cel_messages(&McpServer::test().raft("1500ms", "1")), expected);
         assert!(cel_messages(&McpServer::test().raft("999ms", "1")).is_empty());
         assert!(cel_messages(&McpServer::test().raft("1", "2")).is_empty());
+    }
+
+    #[test]
+    fn cel_refuses_a_wildcard_origin() {
+        let messages = cel_messages(&McpServer::test().allowed_origins(&["https://app.example.com", "*"]));
+        assert_eq!(messages, vec![ALLOWED_ORIGINS_MESSAGE.to_string()]);
+        let messages = cel_messages(&McpServer::test().allowed_hosts(&["mcp.example.com:443"]));
+        assert_eq!(messages, vec![ALLOWED_HOSTS_MESSAGE.to_string()]);
+        assert!(cel_messages(&McpServer::test().allowed_hosts(&["*"]).allowed_origins(&["http://localhost:5173"])).is_empty());
+    }
+
+    #[test]
+    fn cel_and_the_operator_agree_on_hosts_and_origins() {
+        let hosts = [
+            "*",
+            "localhost",
+            "127.0.0.1",
+            "[::1]",
+            "[2001:db8::7]",
+            "mcp.example.com",
+            "MCP.Example.com",
+            "a-b.c9",
+            "",
+            "**",
+            "*.example.com",
+            "example.com:8080",
+            "http://example.com",
+            "-a.com",
+            "a-.com",
+            "a..b",
+            "a b",
+            "a,b",
+            "::1",
+            "[x]",
+            "example.com.",
+            "a_b.com",
+        ];
+        let long_host = "a.".repeat(126) + "ab";
+        let too_long_host = "a.".repeat(127) + "a";
+        let long_label = "a".repeat(64);
+        for text in hosts.iter().copied().chain([long_host.as_str(), too_long_host.as_str(), long_label.as_str()]) {
+            let cel_ok = cel_messages(&McpServer::test().allowed_hosts(&[text])).is_empty();
+            let rust_ok = origin::parse_allowed_host(text).is_ok();
+            assert_eq!(cel_ok, rust_ok, "host {text:?}: CEL says {cel_ok}, the operator says {rust_ok}");
+        }
+        let origins = [
+            "https://app.example.com",
+            "http://localhost:5173",
+            "http://[::1]:8080",
+            "https://h:65535",
+            "https://h:1",
+            "https://App.Example.com",
+            "*",
+            "https://*.example.com",
+            "",
+            "null",
+            "example.com",
+            "ftp://example.com",
+            "HTTP://example.com",
+            "https://example.com/",
+            "https://example.com/app",
+            "https://user@example.com",
+            "https://example.com:",
+            "https://example.com:0",
+            "https://example.com:080",
+            "https://example.com:65536",
+            "https://example.com:70000",
+            "https://example.com:123456",
+            "https://exa mple.com",
+            "https://",
+            "https://[::1",
+            "https://a,b",
+        ];
+        for text in origins {
+            let cel_ok = cel_messages(&McpServer::test().allowed_origins(&[text])).is_empty();
+            let rust_ok = origin::parse_allowed_origin(text).is_ok();
+            assert_eq!(cel_ok, rust_ok, "origin {text:?}: CEL says {cel_ok}, the operator says {rust_ok}");
+        }
     }
 
     #[test]

@@ -50,10 +50,22 @@ impl McpServer {
                 "affinity": { "nodeAffinity": { "requiredDuringSchedulingIgnoredDuringExecution": { "nodeSelectorTerms": [
                     { "matchExpressions": [ { "key": "zone", "operator": "In", "values": ["a", "b"] } ] } ] } } },
                 "secretRef": { "name": "mcp-keys" },
-                "service": { "type": "LoadBalancer", "port": 443 }
+                "service": { "type": "LoadBalancer", "port": 443 },
+                "allowedHosts": [ "mcp.example.com" ],
+                "allowedOrigins": [ "https://app.example.com", "http://localhost:5173" ]
             }
         }))
         .expect("fixture deserializes")
+    }
+
+    pub fn allowed_hosts(mut self, hosts: &[&str]) -> Self {
+        self.spec.allowed_hosts = hosts.iter().map(|h| h.to_string()).collect();
+        self
+    }
+
+    pub fn allowed_origins(mut self, origins: &[&str]) -> Self {
+        self.spec.allowed_origins = origins.iter().map(|o| o.to_string()).collect();
+        self
     }
 
     pub fn replicas(mut self, n: i32) -> Self {

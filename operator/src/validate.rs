@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 
 use kube::ResourceExt;
 use switchboard_contract::duration::parse_duration;
+use switchboard_contract::origin::{parse_allowed_host, parse_allowed_origin};
 
 use crate::builders::RESERVED_ENV;
 use crate::crd::McpServer;
@@ -86,8 +87,26 @@ pub fn problems(mcp: &McpServer) -> Vec<String> {
     if !(1..=65535).contains(&spec.service.port) {
         out.push(format!("spec.service.port {} is outside 1-65535", spec.service.port));
     }
+    for (i, host) in spec.allowed_hosts.iter().enumerate() {
+        if let Err(e) = parse_allowed_host(host) {
+            out.push(format!("spec.allowedHosts[{i}]: {e}"));
+        }
+    }
+    for (i, origin) in spec.allowed_origins.iter().enumerate() {
+        if let Err(e) = parse_allowed_origin(origin) {
+            out.push(format!("spec.allowedOrigins[{i}]: {e}"));
+        }
+    }
+    for (field, list) in [("allowedHosts", &spec.allowed_hosts), ("allowedOrigins", &spec.allowed_origins)] {
+        if list.len() > MAX_ALLOWED {
+            out.push(format!("spec.{field} has {} entries; at most {MAX_ALLOWED} are allowed", list.len()));
+        }
+    }
     out
 }
+
+/// Most entries of `spec.allowedHosts` and of `spec.allowedOrigins` (the CRD's `maxItems`).
+pub const MAX_ALLOWED: usize = 32;
 
 /// A DNS-1123 subdomain: lower-case alphanumerics, `-` and `.`, at most 253 characters.
 fn is_dns_subdomain(name: &str) -> bool {
@@ -157,6 +176,14 @@ mod spec_tests {
             (McpServer::test().secret_ref("Bad_Name"), r#"spec.secretRef.name "Bad_Name" is not a valid Secret name"#),
             (McpServer::test().service_port(0), "spec.service.port 0 is outside 1-65535"),
             (McpServer::test().named(&"x".repeat(53)), "is 53 characters long; at most 52 are allowed"),
+            (McpServer::test().allowed_origins(&["https://app.example.com", "*"]), "spec.allowedOrigins[1]: \"*\": * is not an origin"),
+            (
+                McpServer::test().allowed_origins(&["https://app.example.com/"]),
+                "spec.allowedOrigins[0]: \"https://app.example.com/\" is not an origin",
+            ),
+            (McpServer::test().allowed_hosts(&["mcp.example.com:443"]), "spec.allowedHosts[0]: \"mcp.example.com:443\" is not a host name"),
+            (McpServer::test().allowed_hosts(&["a,b"]), "spec.allowedHosts[0]: \"a,b\" is not a host name"),
+            (McpServer::test().allowed_hosts(&["h"; 33]), "spec.allowedHosts has 33 entries; at most 32 are allowed"),
         ];
         for (mcp, expected) in cases {
             let m = message(&mcp);

@@ -252,6 +252,10 @@ async fn scale(cluster: &mut Cluster, admin: &HttpAdmin, desired: i32, mut curre
     panic!("scaling to {desired} did not finish");
 }
 
+/// The `Host` a client inside the cluster sends: the client Service's name (the pods are reached
+/// by address here, but the node only answers names the operator allowed).
+const SERVICE_HOST: &str = "demo.tools.svc.cluster.local:8080";
+
 struct Session {
     http: reqwest::Client,
     id: String,
@@ -264,6 +268,7 @@ impl Session {
             "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "render-and-run", "version": "1"}}});
         let res = http
             .post(url)
+            .header("host", SERVICE_HOST)
             .header("accept", "application/json, text/event-stream")
             .header("content-type", "application/json")
             .body(init.to_string())
@@ -281,6 +286,7 @@ impl Session {
     async fn post(&self, url: &str, body: Value) -> reqwest::Response {
         self.http
             .post(url)
+            .header("host", SERVICE_HOST)
             .header("accept", "application/json, text/event-stream")
             .header("content-type", "application/json")
             .header("mcp-session-id", &self.id)
@@ -327,6 +333,19 @@ async fn the_rendered_statefulset_runs_as_a_cluster_that_serves_and_scales() {
 
     // A call parked on node 0: its elicitation question arrives on node 0's stream.
     let session = Session::open(&cluster.mcp_url(0)).await;
+    // The pods answer the Service's names, and no foreign browser page.
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
+    let send = |host: &'static str, origin: Option<&'static str>| {
+        let mut request = session.http.post(cluster.mcp_url(1)).header("host", host).header("mcp-session-id", &session.id);
+        if let Some(origin) = origin {
+            request = request.header("origin", origin);
+        }
+        request.header("accept", "application/json, text/event-stream").header("content-type", "application/json").body(ping.clone()).send()
+    };
+    assert_eq!(send("demo", None).await.unwrap().status(), 200);
+    assert_eq!(send("demo.tools:8080", Some("http://demo.tools:8080")).await.unwrap().status(), 200);
+    assert_eq!(send("demo.tools", Some("https://evil.example.com")).await.unwrap().status(), 403);
+    assert_eq!(send("evil.example.com", None).await.unwrap().status(), 403);
     let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "confirm", "arguments": {"action": "deploy"}}});
     let mut stream = session.post(&cluster.mcp_url(0), call).await;
     assert_eq!(stream.status(), 200);

@@ -100,7 +100,34 @@ ensure_kubernetes_validate() {
     echo "$bin"
 }
 
+# libfaketime (Debian's faketime package): node/tests/clock_skew.rs preloads it into one node to
+# jump that node's wall clock. A system package (apt-get, as root or through sudo), not in .tools.
+# Prints the library's path.
+find_libfaketime() {
+    local lib
+    for lib in /usr/lib/*/faketime/libfaketime.so.1 /usr/lib/faketime/libfaketime.so.1 /usr/local/lib/faketime/libfaketime.so.1; do
+        if [[ -f "$lib" ]]; then
+            echo "$lib"
+            return 0
+        fi
+    done
+    return 1
+}
+
+ensure_faketime() {
+    if find_libfaketime; then
+        return 0
+    fi
+    tools_log "installing faketime (Debian package)"
+    local sudo=()
+    [[ $(id -u) -eq 0 ]] || sudo=(sudo)
+    { "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+        && "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime; } </dev/null >&2 \
+        || { tools_log "could not install faketime"; return 1; }
+    find_libfaketime
+}
+
 # Install everything the test scripts need.
 ensure_tools() {
-    ensure_node22 >/dev/null && ensure_conformance >/dev/null
+    ensure_node22 >/dev/null && ensure_conformance >/dev/null && ensure_faketime >/dev/null
 }

@@ -9,7 +9,7 @@ use crate::peer;
 use crate::raft::{RaftMailbox, RaftNode, RaftNodeConfig, RaftSessions, RaftStoreError};
 use crate::server::{ClusterLink, Server};
 use crate::session::SessionStore;
-use crate::transport::http::{Endpoint, HttpConfig, serve};
+use crate::transport::http::{Endpoint, HttpConfig, serve_limited};
 use relay::PeerLink;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -64,6 +64,8 @@ impl Member {
     ) -> Result<Self, RaftStoreError> {
         let peer_addr = listener.local_addr()?;
         let (secret, key_fingerprint) = (config.secret.clone(), config.key_fingerprint.clone());
+        // The peer port answers before authentication: it is bounded like the MCP port.
+        let limits = mcp.as_ref().map(|(http, _)| http.connections.clone()).unwrap_or_default();
         let node = RaftNode::start(config, metrics.clone()).await?;
         let (mailbox, sessions) = (RaftMailbox::new(node.clone()), RaftSessions::new(node.clone()));
         let mut routes = crate::raft::rpc::router(node.clone()).merge(admin::router(node.clone()));
@@ -75,13 +77,13 @@ impl Member {
         if let Some(endpoint) = &endpoint {
             routes = routes.merge(relay::router(endpoint.clone()));
         }
-        let router = peer::authenticated(routes, &secret, key_fingerprint, metrics);
+        let router = peer::authenticated(routes, &secret, key_fingerprint, metrics.clone());
         let (stop_serving, stopped) = oneshot::channel::<()>();
         let peer_server = tokio::spawn(async move {
             let shutdown = async move {
                 let _ = stopped.await;
             };
-            if let Err(e) = serve(listener, router, shutdown).await {
+            if let Err(e) = serve_limited(listener, router, shutdown, "peer", limits, metrics).await {
                 tracing::error!(error = %e, "peer server stopped");
             }
         });

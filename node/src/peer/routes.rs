@@ -8,6 +8,8 @@ pub const VOTE: &str = "/raft/vote";
 pub const SNAPSHOT: &str = "/raft/snapshot";
 pub const WRITE_STREAM: &str = "/raft/write-stream";
 pub const READ_INDEX: &str = "/raft/read-index";
+/// This replica's wall clock, for a leader checking the time it stamps (`crate::raft::clock`).
+pub const CLOCK: &str = "/raft/clock";
 
 /// The admin API (JSON), shared with the operator.
 pub use switchboard_contract::admin::{JOIN, LEARNERS, PROMOTE, REMOVE, STATUS};

@@ -397,7 +397,7 @@ mod tests {
     fn sized_entry(index: u64, bytes: usize) -> Entry {
         use crate::raft::state_machine::{Command, Request};
         let command = Command::SessionSubscribe { id: crate::session::SessionId("s".into()), uri: "u".repeat(bytes), subscribed: true };
-        Entry::new_normal(log_id::<TypeConfig>(1, 0, index), Request { now: 0, write: None, command })
+        Entry::new_normal(log_id::<TypeConfig>(1, 0, index), Request { now: 0, clock_agreed: true, write: None, command })
     }
 
     fn indexes(entries: &[Entry]) -> Vec<u64> {

@@ -3,7 +3,8 @@
 //! owns the call. It knows the peer layer below it and the store traits it implements; nothing
 //! of MCP.
 //!
-//! - [`state_machine`]: the replicated state and its rules, pure.
+//! - [`state_machine`]: the replicated state and its rules, pure; [`clock`]: the time a leader
+//!   stamps into the log, checked against the voters' clocks.
 //! - [`log_store`] and [`sm_store`]: openraft storage (redb log, snapshot files).
 //! - [`network`]: openraft's network over the peer port; [`append_stream`]: pipelined
 //!   replication given a Raft handle; [`snapshot_stream`]: snapshots sent in pieces;
@@ -14,6 +15,7 @@
 //! - [`stores`]: the replicated `Mailbox` and `SessionStore`.
 
 pub mod append_stream;
+pub mod clock;
 pub mod config;
 pub mod error;
 pub mod forwarder;

@@ -4,6 +4,7 @@
 //! [`super::stores`].
 
 use super::Raft;
+use super::clock::{CLOCK_QUERY_TIMEOUT, CLOCK_STRAGGLER_WAIT, LeaderClock, majority_time};
 use super::config::RaftNodeConfig;
 use super::error::RaftStoreError;
 use super::forwarder::{Forwarder, LeaderWrite};
@@ -12,15 +13,17 @@ use super::messages::{ForwardedWrite, ReadIndexReply, Refusal, WriteReply};
 use super::network::NetworkFactory;
 use super::readiness::{self, NotReady, RaftView};
 use super::sm_store::StateMachineStore;
-use super::state_machine::{Command, Request, Response, WriteId};
+use super::state_machine::{Command, MAX_CLOCK_STEP_MS, Millis, Request, Response, WriteId};
 use super::types::TypeConfig;
 use crate::clock::now_ms;
 use crate::mailbox::NodeId;
 use crate::metrics::Metrics;
 use crate::peer::PeerClient;
 use crate::peer::codec::encoded_len;
-use crate::peer::routes::READ_INDEX;
+use crate::peer::routes::{CLOCK, READ_INDEX};
 use crate::tasks::TaskSet;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use openraft::async_runtime::WatchReceiver;
 use openraft::errors::{ClientWriteError, RaftError};
 use openraft::{Config, Instant as _, ReadPolicy, ServerState, SnapshotPolicy};
@@ -40,6 +43,8 @@ pub struct RaftNode {
     forwarder: Forwarder,
     pub(super) config: RaftNodeConfig,
     serial: AtomicU64,
+    /// The time this node stamps into entries while it leads.
+    clock: LeaderClock,
     pub(super) metrics: Arc<Metrics>,
     /// Tasks that end with the member: the ticker and the peer streams it serves.
     pub tasks: TaskSet,
@@ -84,6 +89,7 @@ impl RaftNode {
             client,
             // Random start: a restarted node must not reuse serials still in the dedup window.
             serial: AtomicU64::new(rand::random::<u64>() >> 1),
+            clock: LeaderClock::default(),
             metrics,
             tasks: TaskSet::default(),
             config,
@@ -106,7 +112,7 @@ impl RaftNode {
                 // Bounded like every write: a leader without a quorum must not stall the ticker
                 // (and with it the metrics it publishes).
                 if node.leader_id() == Some(node.id)
-                    && node.sm.read(|sm| sm.next_expiry()).is_some_and(|due| due <= now_ms())
+                    && node.sm.read(|sm| sm.next_expiry()).is_some_and(|due| due <= node.clock.now())
                     && let Err(e) = node.write_as_leader(None, Command::Tick).await
                 {
                     tracing::debug!(error = %e, "tick not committed");
@@ -280,19 +286,79 @@ impl RaftNode {
 }
 
 impl RaftNode {
-    /// Propose on this node as leader, stamping the leader's clock into the entry, and give up
-    /// waiting after `within`. openraft's `client_write` waits for the commit however long it
-    /// takes, and a leader cut off from its followers keeps leading (it never hears of a newer
-    /// term), so without the bound a write on it hangs until the partition heals. The entry
-    /// may still commit later (if this leader regains its quorum); a retry with the same write
-    /// id then gets its first outcome.
+    /// Propose on this node as leader, stamping the leader's (agreed) clock into the entry,
+    /// and give up waiting after `within`. openraft's `client_write` waits for the commit
+    /// however long it takes, and a leader cut off from its followers keeps leading (it never
+    /// hears of a newer term), so without the bound a write on it hangs until the partition
+    /// heals. The entry may still commit later (if this leader regains its quorum); a retry
+    /// with the same write id then gets its first outcome.
     async fn write_here_within(&self, write: Option<WriteId>, command: Command, within: Duration) -> WriteReply {
-        let request = Request { now: now_ms(), write, command };
-        match tokio::time::timeout(within, self.raft.client_write(request)).await {
+        let proposal = async {
+            let (now, clock_agreed) = self.stamp().await;
+            self.raft.client_write(Request { now, clock_agreed, write, command }).await
+        };
+        match tokio::time::timeout(within, proposal).await {
             Ok(Ok(reply)) => Ok((reply.data, reply.log_id.index)),
             Ok(Err(e)) => Err(self.refusal_from(e)),
             Err(_) => Err(Refusal::Unavailable(format!("not committed by a quorum within {within:?}"))),
         }
+    }
+
+    /// The time to stamp into the next entry, and whether it is agreed (no later than the clocks
+    /// of a majority of the voters): see [`super::clock`].
+    async fn stamp(&self) -> (Millis, bool) {
+        if self.clock.fresh() {
+            return (self.clock.now(), true);
+        }
+        let now = self.clock.now();
+        if now.abs_diff(self.sm.read(|sm| sm.now)) <= MAX_CLOCK_STEP_MS {
+            return (now, false);
+        }
+        match self.agree_on_time().await {
+            Some(agreed) => (agreed, true),
+            // No majority answered: an unagreed stamp (the write will hardly commit either).
+            None => (self.clock.now(), false),
+        }
+    }
+
+    /// Ask every voter for its clock and correct this node's by the latest time a majority of
+    /// them has reached; that corrected time now, or `None` without a majority of answers.
+    async fn agree_on_time(&self) -> Option<Millis> {
+        let _one = self.clock.agreeing.lock().await;
+        if self.clock.fresh() {
+            return Some(self.clock.now());
+        }
+        let others: Vec<String> = {
+            let receiver = self.raft.metrics();
+            let metrics = receiver.borrow_watched();
+            let membership = metrics.membership_config.membership();
+            membership.voter_ids().filter(|id| *id != self.id).filter_map(|id| membership.get_node(&id).map(|n| n.addr.clone())).collect()
+        };
+        let voters = others.len() + 1;
+        let own = now_ms();
+        let mut readings = vec![own];
+        let mut asked: FuturesUnordered<_> =
+            others.iter().map(|addr| self.client.rpc::<_, Millis>(addr, CLOCK, &(), CLOCK_QUERY_TIMEOUT)).collect();
+        // Every voter's clock makes the best estimate, but once a majority has answered an
+        // unreachable voter is waited for only a moment.
+        let mut until = tokio::time::Instant::now() + CLOCK_QUERY_TIMEOUT;
+        while let Ok(Some(answer)) = tokio::time::timeout_at(until, asked.next()).await {
+            if let Ok(reading) = answer {
+                readings.push(reading);
+                if readings.len() == voters / 2 + 1 {
+                    until = until.min(tokio::time::Instant::now() + CLOCK_STRAGGLER_WAIT);
+                }
+            }
+        }
+        let Some(agreed) = majority_time(readings, voters) else {
+            tracing::debug!(voters, "no majority of voters' clocks answered; stamping unagreed");
+            return None;
+        };
+        let offset = self.clock.agreed(own, agreed);
+        if offset.unsigned_abs() > MAX_CLOCK_STEP_MS {
+            tracing::warn!(offset_ms = offset, "this node's clock is off the voters' majority time; stamping theirs");
+        }
+        Some(self.clock.now())
     }
 }
 

@@ -6,7 +6,7 @@
 use super::messages::ReadIndexReply;
 use super::types::{TypeConfig, decode, encode};
 use super::{RaftNode, append_stream, forwarder, snapshot_stream};
-use crate::peer::routes::{APPEND, APPEND_STREAM, READ_INDEX, SNAPSHOT, VOTE, WRITE_STREAM};
+use crate::peer::routes::{APPEND, APPEND_STREAM, CLOCK, READ_INDEX, SNAPSHOT, VOTE, WRITE_STREAM};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Request, State};
@@ -25,6 +25,7 @@ pub fn router(node: Arc<RaftNode>) -> Router {
         .route(SNAPSHOT, post(snapshot))
         .route(WRITE_STREAM, post(write_stream))
         .route(READ_INDEX, post(read_index))
+        .route(CLOCK, post(clock))
         .with_state(node)
 }
 
@@ -78,4 +79,9 @@ async fn write_stream(State(node): Node, request: Request) -> Response {
 async fn read_index(State(node): Node) -> Response {
     let reply: ReadIndexReply = node.leader_read_index().await;
     msgpack(&reply)
+}
+
+/// This replica's wall clock, in milliseconds (see [`super::clock`]).
+async fn clock() -> Response {
+    msgpack(&crate::clock::now_ms())
 }

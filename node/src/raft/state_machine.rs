@@ -1,6 +1,14 @@
 //! The replicated state machine, as pure logic: mailboxes, sessions and write dedup, advanced
 //! only by log entries. No I/O, no clocks: time comes from the entry, stamped by the leader
 //! that proposed it, so every replica decides expiry identically.
+//!
+//! Log time never goes back, and one entry moves it forward by at most [`MAX_CLOCK_STEP_MS`]
+//! unless its stamp was checked against a majority of the voters' clocks
+//! ([`Request::clock_agreed`]; see `super::clock`). So a leader whose clock jumped ahead cannot
+//! drag log time along, and expire every session and mailbox early on every replica, without a
+//! majority of clocks agreeing; while after a real idle period, the first entry (checked, since
+//! its stamp is far from log time) still brings log time to the present, and with it every
+//! expiry that fell due meanwhile.
 
 use crate::mailbox::{CreateOutcome, DeliverOutcome, MailboxKey, NodeId, SessionTag};
 use crate::protocol::types::LogLevel;
@@ -16,6 +24,9 @@ pub type Millis = u64;
 pub const TOMBSTONE_RETENTION_MS: Millis = 10 * 60 * 1000;
 /// How long a write's outcome is remembered for a retry of the same write.
 pub const DEDUP_RETENTION_MS: Millis = 5 * 60 * 1000;
+/// The most one entry whose stamp no majority vouched for moves log time forward. A leader
+/// whose clock is further from log time than this checks it against the voters first.
+pub const MAX_CLOCK_STEP_MS: Millis = 5_000;
 
 /// Identifies one client write for dedup: the proposing node and its serial for the write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -115,6 +126,11 @@ impl From<JsonText> for String {
 pub struct Request {
     /// The leader's clock when it proposed the entry.
     pub now: Millis,
+    /// `now` is no later than the clocks of a majority of the voters (the leader asked them
+    /// just before): it may move log time any distance forward. Otherwise at most
+    /// [`MAX_CLOCK_STEP_MS`]. Absent in entries of older versions: not agreed.
+    #[serde(default)]
+    pub clock_agreed: bool,
     pub write: Option<WriteId>,
     pub command: Command,
 }
@@ -183,7 +199,7 @@ impl StateMachine {
     /// Apply one entry. Returns the command's response and the wake-ups it caused.
     pub fn apply(&mut self, request: &Request) -> (Response, Vec<Wake>) {
         let mut wakes = Vec::new();
-        self.advance(request.now, &mut wakes);
+        self.advance(self.log_time_after(request), &mut wakes);
         if let Some(write) = request.write
             && let Some((_, response)) = self.dedup.get(&write)
         {
@@ -195,6 +211,16 @@ impl StateMachine {
             self.dedup_by_time.insert((self.now, write));
         }
         (response, wakes)
+    }
+
+    /// Log time once `request` is applied: its stamp if later than log time, but no more than
+    /// [`MAX_CLOCK_STEP_MS`] later unless a majority of clocks vouched for the stamp.
+    fn log_time_after(&self, request: &Request) -> Millis {
+        if request.clock_agreed {
+            request.now.max(self.now)
+        } else {
+            request.now.clamp(self.now, self.now.saturating_add(MAX_CLOCK_STEP_MS))
+        }
     }
 
     /// Move time forward to `now` (if later) and expire what fell due.
@@ -382,8 +408,14 @@ mod tests {
         MailboxKey::from_bits(n as u128)
     }
 
+    /// An entry of an honest leader, its stamp checked against the voters' clocks.
     fn req(now: Millis, command: Command) -> Request {
-        Request { now, write: None, command }
+        Request { now, clock_agreed: true, write: None, command }
+    }
+
+    /// An entry whose stamp no majority vouched for.
+    fn unagreed(now: Millis, command: Command) -> Request {
+        Request { now, clock_agreed: false, write: None, command }
     }
 
     fn create(sm: &mut StateMachine, now: Millis, k: u8, ttl_ms: Millis) -> Response {
@@ -491,11 +523,12 @@ mod tests {
         create(&mut sm, 1000, 1, 500);
         let write = Some(WriteId { origin: 2, serial: 9 });
         let deliver = Command::MailboxDeliver { key: key(1), session: SessionTag::default(), value: text("v") };
-        let first = sm.apply(&Request { now: 1100, write, command: deliver.clone() }).0;
-        let retry = sm.apply(&Request { now: 1200, write, command: deliver.clone() }).0;
+        let first = sm.apply(&Request { now: 1100, clock_agreed: true, write, command: deliver.clone() }).0;
+        let retry = sm.apply(&Request { now: 1200, clock_agreed: true, write, command: deliver.clone() }).0;
         assert_eq!(first, Response::Delivered(DeliverOutcome::Delivered));
         assert_eq!(retry, first, "a retry is not reported as a duplicate of itself");
-        let other = sm.apply(&Request { now: 1300, write: Some(WriteId { origin: 2, serial: 10 }), command: deliver }).0;
+        let other =
+            sm.apply(&Request { now: 1300, clock_agreed: true, write: Some(WriteId { origin: 2, serial: 10 }), command: deliver }).0;
         assert_eq!(other, Response::Delivered(DeliverOutcome::AlreadyDelivered));
     }
 
@@ -531,7 +564,7 @@ mod tests {
                     2 => Command::MailboxDelete { key: k },
                     _ => Command::Tick,
                 };
-                Request { now: 1000 + i * 7, write: Some(WriteId { origin: i % 3, serial: i }), command }
+                Request { now: 1000 + i * 7, clock_agreed: i % 5 == 0, write: Some(WriteId { origin: i % 3, serial: i }), command }
             })
             .collect();
         let (mut a, mut b) = (StateMachine::default(), StateMachine::default());
@@ -542,5 +575,60 @@ mod tests {
         // A snapshot round trip is the same state.
         let restored: StateMachine = rmp_serde::from_slice(&rmp_serde::to_vec_named(&a).unwrap()).unwrap();
         assert_eq!(restored, a);
+    }
+
+    #[test]
+    fn a_jumped_stamp_moves_log_time_one_step_only() {
+        let mut sm = StateMachine::default();
+        let start = 1_000_000;
+        sm.apply(&req(start, Command::SessionCreate { record: session("s"), ttl_ms: 30 * 60 * 1000 }));
+        create(&mut sm, start, 1, 10 * 60 * 1000);
+        // A leader whose clock jumped an hour ahead proposes, without a majority behind it.
+        let hour = 60 * 60 * 1000;
+        for i in 0..10 {
+            let (_, wakes) = sm.apply(&unagreed(start + hour + i, Command::Tick));
+            assert!(wakes.is_empty(), "entry {i} expired {wakes:?}");
+        }
+        assert!(sm.now <= start + 10 * MAX_CLOCK_STEP_MS, "log time {} ran ahead", sm.now - start);
+        assert!(sm.session(&SessionId("s".into())).is_some(), "the session did not expire early");
+        assert_eq!(sm.mailbox(&key(1)).unwrap().state, MailboxState::Pending);
+        // Within a step, an unchecked stamp is taken as it is; it never moves time back.
+        let mut sm = StateMachine::default();
+        sm.apply(&req(start, Command::Tick));
+        sm.apply(&unagreed(start + MAX_CLOCK_STEP_MS - 1, Command::Tick));
+        assert_eq!(sm.now, start + MAX_CLOCK_STEP_MS - 1);
+        sm.apply(&unagreed(start, Command::Tick));
+        assert_eq!(sm.now, start + MAX_CLOCK_STEP_MS - 1);
+    }
+
+    #[test]
+    fn after_a_real_idle_period_an_agreed_stamp_expires_what_fell_due() {
+        let mut sm = StateMachine::default();
+        let start = 1_000_000;
+        sm.apply(&req(start, Command::SessionCreate { record: session("s"), ttl_ms: 5 * 60 * 1000 }));
+        create(&mut sm, start, 1, 60 * 1000);
+        // Ten quiet minutes, then one entry whose stamp the voters' clocks vouch for.
+        let (_, wakes) = sm.apply(&req(start + 10 * 60 * 1000, Command::Tick));
+        assert_eq!(wakes, vec![Wake::Expired(key(1))]);
+        assert!(sm.session(&SessionId("s".into())).is_none());
+        assert_eq!(sm.now, start + 10 * 60 * 1000);
+        // Unchecked, the same entry would have moved time one step only.
+        let mut sm = StateMachine::default();
+        sm.apply(&req(start, Command::Tick));
+        sm.apply(&unagreed(start + 10 * 60 * 1000, Command::Tick));
+        assert_eq!(sm.now, start + MAX_CLOCK_STEP_MS);
+    }
+
+    #[test]
+    fn entries_of_older_versions_decode_as_unagreed() {
+        #[derive(Serialize)]
+        struct OldRequest {
+            now: Millis,
+            write: Option<WriteId>,
+            command: Command,
+        }
+        let bytes = crate::peer::codec::encode(&OldRequest { now: 5, write: None, command: Command::Tick });
+        let decoded: Request = crate::peer::codec::decode(&bytes).unwrap();
+        assert_eq!(decoded, unagreed(5, Command::Tick));
     }
 }

@@ -145,6 +145,12 @@ impl SessionStore for RaftSessions {
         }))
     }
 
+    async fn is_live(&self, id: &SessionId) -> Result<bool, SessionError> {
+        // This replica's applied state: a session it has seen leaves it only by expiring in log
+        // time or by a delete, both applied here as on every replica.
+        Ok(self.node.sm.read(|sm| sm.session(id).is_some()))
+    }
+
     async fn set_log_level(&self, id: &SessionId, level: LogLevel) -> Result<bool, SessionError> {
         let (response, _) = self.node.propose(Command::SessionSetLogLevel { id: id.clone(), level }).await?;
         Ok(response == Response::Session(true))

@@ -91,6 +91,7 @@ impl ServerBuilder {
                 offerings: RwLock::new(self.offerings),
                 sessions,
                 local: Default::default(),
+                session_end_hooks: Default::default(),
             }),
         };
         if tokio::runtime::Handle::try_current().is_ok() {

@@ -26,7 +26,13 @@ pub(super) struct Inner {
     pub(super) offerings: RwLock<Offerings>,
     pub(super) sessions: Arc<dyn SessionStore>,
     pub(super) local: LocalSessions,
+    /// Told of every session that ended while this node held state for it (see
+    /// [`Server::on_session_end`]).
+    pub(super) session_end_hooks: RwLock<Vec<SessionEndHook>>,
 }
+
+/// Called with the id of a session that ended (terminated here, expired, or deleted elsewhere).
+pub type SessionEndHook = Box<dyn Fn(&SessionId) + Send + Sync>;
 
 /// A cheaply clonable handle on the server.
 #[derive(Clone)]
@@ -108,12 +114,24 @@ impl Server {
 
     /// End a session everywhere: cancel its running requests here and remove its record.
     pub async fn terminate(&self, id: &SessionId) -> Result<bool, SessionError> {
-        if let Some(local) = self.inner.local.remove(id) {
-            for token in local.running.lock().unwrap().values() {
-                token.cancel();
-            }
-        }
+        self.end_here(id);
         self.inner.sessions.delete(id).await
+    }
+
+    /// Call `hook` with every session that ends while this node holds state for it: terminated
+    /// here, or found ended (by TTL, or deleted through another node) by the periodic sweep. A
+    /// transport forgets what it keeps for the session (its streams) there.
+    pub fn on_session_end(&self, hook: impl Fn(&SessionId) + Send + Sync + 'static) {
+        self.inner.session_end_hooks.write().unwrap().push(Box::new(hook));
+    }
+
+    /// Drop this node's state of a session that ended, cancel its running requests, close its
+    /// standalone stream, and tell the hooks.
+    fn end_here(&self, id: &SessionId) {
+        self.inner.local.end(id, &self.inner.rendezvous.metrics);
+        for hook in self.inner.session_end_hooks.read().unwrap().iter() {
+            hook(id);
+        }
     }
 }
 
@@ -129,8 +147,11 @@ impl Server {
 }
 
 impl Server {
-    /// Every `local_sweep_interval`, drop idle node-local session entries. Holds the server
-    /// weakly: the task ends once the server is gone.
+    /// Every `local_sweep_interval`, drop idle node-local session entries, and end the entries
+    /// of sessions that ended meanwhile (expired by TTL, or deleted through another node): their
+    /// requests are cancelled and their standalone streams closed, else a stream held open by a
+    /// client would keep them here forever. Holds the server weakly: the task ends once the
+    /// server is gone.
     pub(super) fn spawn_local_sweep(&self) {
         let inner = Arc::downgrade(&self.inner);
         let every = self.inner.config.local_sweep_interval;
@@ -141,12 +162,34 @@ impl Server {
             loop {
                 timer.tick().await;
                 let Some(inner) = inner.upgrade() else { return };
-                let dropped = inner.local.sweep_idle(&inner.rendezvous.metrics);
+                let server = Server { inner };
+                let dropped = server.inner.local.sweep_idle(&server.inner.rendezvous.metrics);
                 if dropped > 0 {
                     tracing::debug!(dropped, "idle node-local session entries dropped");
                 }
+                server.end_ended_sessions().await;
             }
         });
+    }
+
+    /// End the local state of every session the store no longer has (see
+    /// [`Server::spawn_local_sweep`]). The check does not count as a use of the session.
+    async fn end_ended_sessions(&self) {
+        let mut ended = 0;
+        for id in self.inner.local.ids() {
+            match self.inner.sessions.is_live(&id).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::debug!(session = %id, "session ended; its local state and streams are dropped");
+                    self.end_here(&id);
+                    ended += 1;
+                }
+                Err(e) => tracing::debug!(session = %id, error = %e, "session liveness unknown; kept until the next sweep"),
+            }
+        }
+        if ended > 0 {
+            tracing::debug!(ended, "node-local state of ended sessions dropped");
+        }
     }
 }
 
@@ -164,7 +207,10 @@ mod tests {
         let server = ServerBuilder::new("t", "1")
             .config(config)
             .build(Arc::new(InMemoryMailbox::new()), Arc::new(InMemorySessionStore::new(Duration::from_secs(60))));
-        let (idle, busy) = (SessionId("idle".into()), SessionId("busy".into()));
+        // Live sessions: the sweep ends the entries of sessions the store no longer has.
+        let params = || Some(json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "c", "version": "1"}}));
+        let idle = server.initialize(params()).await.unwrap().0.id;
+        let busy = server.initialize(params()).await.unwrap().0.id;
         drop(server.local(&idle));
         let held = server.local(&busy);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);

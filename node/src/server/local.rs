@@ -1,6 +1,7 @@
 //! Session state only this node has: the requests running here (for cancellation), the
 //! record they share, the standalone stream attached here, and a log level set here ahead of
-//! the replicated copy. Entries of sessions that ended by TTL are swept as new ones come.
+//! the replicated copy. A periodic sweep (`Server::spawn_local_sweep`) drops idle entries and
+//! ends those whose session ended (by TTL, or deleted through another node).
 
 use super::outbound::Outbound;
 use crate::metrics::Metrics;
@@ -67,13 +68,29 @@ impl LocalSessions {
         before - sessions.len()
     }
 
+    /// End the entry of `id`: drop it, cancel its running requests and close its standalone
+    /// stream (the stream's producer goes away; its readers end after what it holds).
+    pub(super) fn end(&self, id: &SessionId, metrics: &Metrics) -> bool {
+        let mut sessions = self.sessions.lock().unwrap();
+        let ended = sessions.remove(id);
+        metrics.set_local_sessions(sessions.len());
+        drop(sessions);
+        let Some(local) = ended else { return false };
+        for token in local.running.lock().unwrap().values() {
+            token.cancel();
+        }
+        drop(local.notifier.lock().unwrap().take());
+        true
+    }
+
+    /// The sessions with an entry here.
+    pub(super) fn ids(&self) -> Vec<SessionId> {
+        self.sessions.lock().unwrap().keys().cloned().collect()
+    }
+
     /// The entry of `id`, if this node has one.
     pub(super) fn get(&self, id: &SessionId) -> Option<Arc<LocalSession>> {
         self.sessions.lock().unwrap().get(id).cloned()
-    }
-
-    pub(super) fn remove(&self, id: &SessionId) -> Option<Arc<LocalSession>> {
-        self.sessions.lock().unwrap().remove(id)
     }
 
     /// The sessions with a standalone stream attached here.

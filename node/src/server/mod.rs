@@ -39,7 +39,7 @@ pub use builder::ServerBuilder;
 pub use config::ServerConfig;
 pub use context::{ClientRequestError, MAILBOX_GRACE, RequestContext};
 pub use definitions::{Completer, HandlerError, HandlerResult, PromptDef, ResourceDef, ResourceMeta, ToolDef, match_template, paginate};
-pub use handle::{Server, SessionLookupError};
+pub use handle::{Server, SessionEndHook, SessionLookupError};
 pub use link::{ClusterLink, Notice};
 pub use outbound::{Outbound, OutboundSink, Outgoing, StreamClosed};
 pub use schema::{SchemaError, schema_for};

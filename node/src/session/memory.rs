@@ -51,6 +51,11 @@ impl SessionStore for InMemorySessionStore {
         Ok(self.with_live(id, |r| r.clone()))
     }
 
+    async fn is_live(&self, id: &SessionId) -> Result<bool, SessionError> {
+        let sessions = self.sessions.lock().unwrap();
+        Ok(sessions.get(id).is_some_and(|(_, seen)| seen.elapsed() < self.ttl))
+    }
+
     async fn set_log_level(&self, id: &SessionId, level: LogLevel) -> Result<bool, SessionError> {
         Ok(self.with_live(id, |r| r.log_level = level).is_some())
     }

@@ -60,6 +60,11 @@ pub trait SessionStore: Send + Sync + 'static {
     async fn create(&self, record: SessionRecord) -> Result<(), SessionError>;
     /// The live session with this id, if any (expired and deleted sessions are `None`).
     async fn get(&self, id: &SessionId) -> Result<Option<SessionRecord>, SessionError>;
+    /// Whether the session is still live as far as this node knows, without counting as a use
+    /// (its TTL is not extended) and without asking other nodes. For a session this node has
+    /// served, `false` means it ended (expired or deleted); one created elsewhere a moment ago
+    /// may not be known here yet (`get` waits for it).
+    async fn is_live(&self, id: &SessionId) -> Result<bool, SessionError>;
     /// Set the minimum level of `notifications/message`. `false` when the session is unknown.
     async fn set_log_level(&self, id: &SessionId, level: LogLevel) -> Result<bool, SessionError>;
     /// Subscribe to (or unsubscribe from) updates of `uri`. `false` when the session is unknown.

@@ -1,5 +1,6 @@
 //! Streamable HTTP transport: one endpoint, POST/GET/DELETE, JSON or SSE chosen lazily.
 
+pub use super::connections::{ConnectionLimits, serve, serve_limited};
 use super::sse::{EventLog, RelayError, StreamLogs, StreamRelay, StreamSink};
 use crate::protocol::jsonrpc::{self, ErrorObject, Message};
 use crate::protocol::types::ProtocolVersion;
@@ -13,6 +14,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
 use std::time::Duration;
+use switchboard_contract::origin::AllowedOrigin;
 use tokio::sync::mpsc;
 
 pub const SESSION_HEADER: &str = "mcp-session-id";
@@ -25,8 +27,11 @@ pub struct HttpConfig {
     pub endpoint: String,
     /// Largest accepted request body, in bytes.
     pub max_body_bytes: usize,
-    /// Host names (without port) accepted in `Host` and `Origin`; `*` accepts any.
+    /// Host names (without port) accepted in `Host`; `*` accepts any Host (and no Origin).
     pub allowed_hosts: Vec<String>,
+    /// Origins accepted in `Origin` (a request without one is not a browser's and passes).
+    /// Empty: `http` and `https` on any port of each named host in `allowed_hosts`.
+    pub allowed_origins: Vec<AllowedOrigin>,
     /// Whether GET opens a standalone server-to-client stream (else 405).
     pub standalone_stream: bool,
     pub keep_alive: Duration,
@@ -36,6 +41,8 @@ pub struct HttpConfig {
     pub stream_retention: Duration,
     /// Events kept per stream for resumption.
     pub stream_capacity: usize,
+    /// Bounds on the connections of every port the node serves (MCP, peer, metrics).
+    pub connections: ConnectionLimits,
 }
 
 impl Default for HttpConfig {
@@ -44,11 +51,13 @@ impl Default for HttpConfig {
             endpoint: "/mcp".into(),
             max_body_bytes: 4 * 1024 * 1024,
             allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "[::1]".into()],
+            allowed_origins: Vec::new(),
             standalone_stream: true,
             keep_alive: Duration::from_secs(15),
             retry: Duration::from_millis(1000),
             stream_retention: Duration::from_secs(300),
             stream_capacity: 1024,
+            connections: ConnectionLimits::default(),
         }
     }
 }
@@ -56,6 +65,8 @@ impl Default for HttpConfig {
 struct HttpState {
     server: Server,
     config: HttpConfig,
+    /// The origins browser pages may send: `config.allowed_origins`, or derived from the hosts.
+    origins: Vec<AllowedOrigin>,
     streams: Arc<StreamLogs>,
     /// Reaches streams owned by other replicas (none for a single process).
     relay: Option<Arc<dyn StreamRelay>>,
@@ -74,6 +85,14 @@ pub struct Endpoint {
 impl Endpoint {
     pub fn new(server: Server, config: HttpConfig) -> Arc<Endpoint> {
         let streams = StreamLogs::new(server.node_id(), server.sealer().clone(), config.stream_retention, config.stream_capacity);
+        // A session that ends (expired, or deleted through another replica) takes its streams
+        // with it, standalone or not; held weakly, so the server does not keep them alive.
+        let held = Arc::downgrade(&streams);
+        server.on_session_end(move |session| {
+            if let Some(streams) = held.upgrade() {
+                streams.forget_session(session);
+            }
+        });
         Arc::new(Endpoint { server, config, streams })
     }
 
@@ -86,7 +105,9 @@ impl Endpoint {
     pub fn router(&self, relay: Option<Arc<dyn StreamRelay>>) -> Router {
         let config = &self.config;
         let node = HeaderValue::from_str(&self.server.node_id().to_string()).expect("digits are a valid header");
-        let state = Arc::new(HttpState { server: self.server.clone(), config: config.clone(), streams: self.streams.clone(), relay });
+        let origins = effective_origins(config);
+        let state =
+            Arc::new(HttpState { server: self.server.clone(), config: config.clone(), origins, streams: self.streams.clone(), relay });
         Router::new()
             .route(&config.endpoint, axum::routing::post(post).get(get).delete(delete))
             .layer(middleware::from_fn_with_state(state.clone(), check_host_and_origin))
@@ -118,29 +139,6 @@ pub fn router(server: Server, config: HttpConfig) -> Router {
     Endpoint::new(server, config).router(None)
 }
 
-/// Serve `router` on `listener` with TCP_NODELAY (small SSE writes must not wait for ACKs) and
-/// keepalive probes (a peer or client that vanished without closing its long-lived connection
-/// is noticed within about half a minute, and its task ends).
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    router: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(tuned(listener), router).with_graceful_shutdown(shutdown).await
-}
-
-/// `listener` with every accepted connection tuned (see [`serve`]).
-fn tuned(listener: tokio::net::TcpListener) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr> {
-    use axum::serve::ListenerExt;
-    listener.tap_io(|tcp| tune(tcp))
-}
-
-fn tune(tcp: &tokio::net::TcpStream) {
-    let keepalive = socket2::TcpKeepalive::new().with_time(Duration::from_secs(15)).with_interval(Duration::from_secs(5)).with_retries(3);
-    let _ = tcp.set_nodelay(true);
-    let _ = socket2::SockRef::from(tcp).set_tcp_keepalive(&keepalive);
-}
-
 /// An HTTP error with a JSON-RPC error body (id null), as the spec suggests.
 fn http_error(status: StatusCode, message: impl Into<String>) -> Response {
     let body = Message::error(None, ErrorObject::new(-32000, message)).to_json();
@@ -159,21 +157,35 @@ fn host_name(authority: &str) -> &str {
     authority.split(':').next().unwrap_or(authority)
 }
 
-/// DNS-rebinding protection: `Host` and (if present) `Origin` must name an allowed host.
+/// The origins `config` lets in: the listed ones, or else `http` and `https` on any port of each
+/// named allowed host (`*` derives none: accepting any Host never accepts any Origin).
+fn effective_origins(config: &HttpConfig) -> Vec<AllowedOrigin> {
+    if !config.allowed_origins.is_empty() {
+        return config.allowed_origins.clone();
+    }
+    config.allowed_hosts.iter().flat_map(|host| AllowedOrigin::any_port_of(host)).collect()
+}
+
+/// DNS-rebinding protection: `Host` must name an allowed host, and `Origin`, when a browser sent
+/// one, an allowed origin. The two lists are separate: `*` in the hosts never opens the origins.
 async fn check_host_and_origin(State(state): State<Shared>, request: Request, next: Next) -> Response {
     let allowed = &state.config.allowed_hosts;
     let ok = |name: &str| allowed.iter().any(|a| a == "*" || a.eq_ignore_ascii_case(name));
     let host = request.headers().get(header::HOST).and_then(|h| h.to_str().ok()).or_else(|| request.uri().authority().map(|a| a.as_str()));
+    let refused = |reason: &'static str, message: String| {
+        tracing::debug!(reason, %message, "request refused before the server");
+        state.server.metrics().http_refused(reason);
+        http_error(StatusCode::FORBIDDEN, message)
+    };
     match host {
         Some(h) if ok(host_name(h)) => {}
-        Some(h) => return http_error(StatusCode::FORBIDDEN, format!("Invalid Host: {h}")),
-        None => return http_error(StatusCode::FORBIDDEN, "missing Host header"),
+        Some(h) => return refused("host", format!("Invalid Host: {h}")),
+        None => return refused("host", "missing Host header".into()),
     }
     if let Some(origin) = request.headers().get(header::ORIGIN) {
-        let origin = origin.to_str().unwrap_or("");
-        let authority = origin.split_once("://").map(|(_, rest)| rest).unwrap_or("");
-        if !ok(host_name(authority)) {
-            return http_error(StatusCode::FORBIDDEN, format!("Invalid Origin: {origin}"));
+        let origin = origin.to_str().unwrap_or("<non-ASCII>");
+        if !state.origins.iter().any(|allowed| allowed.admits(origin)) {
+            return refused("origin", format!("Invalid Origin: {origin}"));
         }
     }
     next.run(request).await
@@ -387,17 +399,29 @@ async fn delete(State(state): State<Shared>, headers: HeaderMap) -> Response {
 mod tests {
     use super::*;
 
+    /// A session that ends while this endpoint keeps streams of it (expired here by TTL) takes
+    /// them along: the endpoint hears of it through the server's session-end hook.
     #[tokio::test]
-    async fn accepted_connections_get_nodelay_and_keepalive() {
-        use axum::serve::Listener;
-        // The listener `serve` accepts with, not a socket tuned by hand.
-        let mut listener = tuned(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap());
-        let _client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
-        let (accepted, _) = listener.accept().await;
-        let socket = socket2::SockRef::from(&accepted);
-        assert!(accepted.nodelay().unwrap());
-        assert!(socket.keepalive().unwrap());
-        assert_eq!(socket.tcp_keepalive_time().unwrap(), Duration::from_secs(15));
+    async fn an_ended_session_takes_its_streams_with_it() {
+        use crate::mailbox::InMemoryMailbox;
+        use crate::server::{ServerBuilder, ServerConfig};
+        use crate::session::InMemorySessionStore;
+        let config = ServerConfig { local_sweep_interval: Duration::from_millis(20), ..Default::default() };
+        let server = ServerBuilder::new("t", "1")
+            .config(config)
+            .build(Arc::new(InMemoryMailbox::new()), Arc::new(InMemorySessionStore::new(Duration::from_millis(100))));
+        let endpoint = Endpoint::new(server.clone(), HttpConfig::default());
+        let params = serde_json::json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "c", "version": "1"}});
+        let (record, _) = server.initialize(Some(params)).await.unwrap();
+        let (standalone, _) = endpoint.streams.standalone(&record.id, true);
+        server.attach_notifier(&record.id, Outbound::new(StreamSink::new(standalone.clone())));
+        let posted = endpoint.streams.open(&record.id, true);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while endpoint.streams.find(standalone.stream).is_some() || endpoint.streams.find(posted.stream).is_some() {
+            assert!(tokio::time::Instant::now() < deadline, "the expired session's streams are still kept");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(endpoint.streams.standalone(&record.id, true).1, "its standalone stream is forgotten too");
     }
 
     fn accept(v: &str) -> HeaderMap {

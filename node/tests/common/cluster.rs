@@ -134,8 +134,8 @@ impl TestCluster {
         Self::start_inner(n, |_| {}, true, Some(mcp)).await
     }
 
-    /// Members with an MCP endpoint each, configured by `tweak`.
-    pub async fn start_with_mcp_and(n: usize, tweak: fn(&mut RaftNodeConfig), mcp: McpServerFor) -> TestCluster {
+    /// Members with an MCP endpoint each, built by `mcp`, configured by `tweak`.
+    pub async fn start_tweaked_with_mcp(n: usize, tweak: fn(&mut RaftNodeConfig), mcp: McpServerFor) -> TestCluster {
         Self::start_inner(n, tweak, true, Some(mcp)).await
     }
 

@@ -83,6 +83,7 @@ pub const RESERVED_ENV: &[&str] = &[
     env::HEARTBEAT_INTERVAL,
     env::ELECTION_TIMEOUT,
     env::ALLOWED_HOSTS,
+    env::ALLOWED_ORIGINS,
 ];
 
 /// Operator-wide settings that shape the children (from the operator's flags).

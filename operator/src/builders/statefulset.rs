@@ -29,6 +29,33 @@ pub fn peers_flag(target: &Target, settings: &Settings, initial_members: i32) ->
     (0..initial_members).map(|i| format!("{i}={}", target.peer_address(i, settings))).collect::<Vec<_>>().join(",")
 }
 
+/// `--allowed-hosts`: loopback (what `kubectl port-forward` sends), every DNS name of the client
+/// Service (what clients in the cluster send), then `spec.allowedHosts`. Never `*` unless the spec
+/// says so; and even then no Origin is let in by it (see [`allowed_origins_flag`]).
+pub fn allowed_hosts_flag(target: &Target, settings: &Settings) -> String {
+    let (name, ns) = (&target.name, &target.namespace);
+    let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "[::1]"].map(String::from).into();
+    hosts.extend([
+        name.clone(),
+        format!("{name}.{ns}"),
+        format!("{name}.{ns}.svc"),
+        format!("{name}.{ns}.svc.{}", settings.cluster_domain),
+    ]);
+    for extra in &target.mcp.spec.allowed_hosts {
+        if !hosts.iter().any(|h| h.eq_ignore_ascii_case(extra)) {
+            hosts.push(extra.clone());
+        }
+    }
+    hosts.join(",")
+}
+
+/// `--allowed-origins`: `spec.allowedOrigins`, or `None` for the node's default (`http` and
+/// `https` on any port of each allowed host).
+pub fn allowed_origins_flag(target: &Target) -> Option<String> {
+    let origins = &target.mcp.spec.allowed_origins;
+    (!origins.is_empty()).then(|| origins.join(","))
+}
+
 fn var(name: &str, value: impl Into<String>) -> EnvVar {
     EnvVar { name: name.into(), value: Some(value.into()), value_from: None }
 }
@@ -73,10 +100,12 @@ pub fn container_env(target: &Target, settings: &Settings, rollout: Rollout) -> 
         env_from_config(target, env::SESSION_TTL, config::SESSION_TTL),
         env_from_config(target, env::HEARTBEAT_INTERVAL, config::HEARTBEAT_INTERVAL),
         env_from_config(target, env::ELECTION_TIMEOUT, config::ELECTION_TIMEOUT),
-        // Clients arrive through the Service under whatever host name it has.
-        var(env::ALLOWED_HOSTS, "*"),
+        var(env::ALLOWED_HOSTS, allowed_hosts_flag(target, settings)),
         var(env::LOG_FORMAT, "json"),
     ];
+    if let Some(origins) = allowed_origins_flag(target) {
+        vars.push(var(env::ALLOWED_ORIGINS, origins));
+    }
     vars.extend(target.mcp.spec.env.iter().cloned());
     vars
 }

@@ -128,7 +128,11 @@ fn container_runs_switchboard_serve_configured_through_the_environment() {
     assert_eq!(literal(&c, "SWITCHBOARD_DATA_DIR"), "/var/lib/switchboard");
     assert_eq!(literal(&c, "SWITCHBOARD_CLUSTER_SECRET_FILE"), "/etc/switchboard/secret/cluster-secret");
     assert_eq!(literal(&c, "SWITCHBOARD_ENCRYPTION_KEY_FILE"), "/etc/switchboard/secret/encryption-key");
-    assert_eq!(literal(&c, "SWITCHBOARD_ALLOWED_HOSTS"), "*");
+    assert_eq!(
+        literal(&c, "SWITCHBOARD_ALLOWED_HOSTS"),
+        "localhost,127.0.0.1,[::1],demo,demo.tools,demo.tools.svc,demo.tools.svc.cluster.local"
+    );
+    assert!(env_value(&c, "SWITCHBOARD_ALLOWED_ORIGINS").is_none(), "the node derives the origins from the hosts");
     assert_eq!(literal(&c, "SWITCHBOARD_LISTEN"), "0.0.0.0:8080");
     assert_eq!(literal(&c, "SWITCHBOARD_PEER_LISTEN"), "0.0.0.0:7070");
     assert_eq!(literal(&c, "SWITCHBOARD_METRICS_LISTEN"), "0.0.0.0:9090");
@@ -148,6 +152,36 @@ fn container_runs_switchboard_serve_configured_through_the_environment() {
     }
     let ports: Vec<(String, i32)> = c.ports.unwrap().into_iter().map(|p| (p.name.unwrap(), p.container_port)).collect();
     assert_eq!(ports, vec![("mcp".into(), 8080), ("peer".into(), 7070), ("metrics".into(), 9090)]);
+}
+
+/// The operator never lets every Origin in: the Service's DNS names (under the cluster domain
+/// the operator runs with) and the spec's extra hosts are listed, and origins only from the spec.
+#[test]
+fn hosts_are_the_services_names_plus_the_spec_and_origins_come_only_from_the_spec() {
+    let mcp = McpServer::test()
+        .allowed_hosts(&["mcp.example.com", "DEMO.tools", "*"])
+        .allowed_origins(&["https://app.example.com", "http://localhost:5173"]);
+    let target = Target::new(&mcp).unwrap();
+    let settings = Settings { cluster_domain: "k8s.internal".into(), ..Settings::default() };
+    let c = statefulset(&target, &settings, Rollout::initial(&mcp)).spec.unwrap().template.spec.unwrap().containers.remove(0);
+    assert_eq!(
+        literal(&c, "SWITCHBOARD_ALLOWED_HOSTS"),
+        "localhost,127.0.0.1,[::1],demo,demo.tools,demo.tools.svc,demo.tools.svc.k8s.internal,mcp.example.com,*",
+        "a name listed already is not repeated"
+    );
+    assert_eq!(literal(&c, "SWITCHBOARD_ALLOWED_ORIGINS"), "https://app.example.com,http://localhost:5173");
+    // Every value the operator writes is one the node's own parsers accept.
+    for host in literal(&c, "SWITCHBOARD_ALLOWED_HOSTS").split(',') {
+        switchboard_contract::origin::parse_allowed_host(host).unwrap();
+    }
+    for origin in literal(&c, "SWITCHBOARD_ALLOWED_ORIGINS").split(',') {
+        switchboard_contract::origin::parse_allowed_origin(origin).unwrap();
+    }
+    // Changing them changes the pod template, so the pods roll.
+    let before = serde_json::to_value(pod_spec(&McpServer::test(), Rollout::initial(&mcp))).unwrap();
+    let after =
+        serde_json::to_value(pod_spec(&McpServer::test().allowed_origins(&["https://app.example.com"]), Rollout::initial(&mcp))).unwrap();
+    assert_ne!(before, after);
 }
 
 #[test]
