@@ -65,6 +65,10 @@ pub const ENCRYPTION_KEY_FILE: &str = "SWITCHBOARD_ENCRYPTION_KEY_FILE";
 pub const HEARTBEAT_INTERVAL: &str = "SWITCHBOARD_HEARTBEAT_INTERVAL";
 /// `--election-timeout`: the minimum Raft election timeout.
 pub const ELECTION_TIMEOUT: &str = "SWITCHBOARD_ELECTION_TIMEOUT";
+/// `--max-entry-bytes`: the largest replicated entry a write may make.
+pub const MAX_ENTRY_BYTES: &str = "SWITCHBOARD_MAX_ENTRY_BYTES";
+/// `--replication-batch-bytes`: the byte budget of one replication request.
+pub const REPLICATION_BATCH_BYTES: &str = "SWITCHBOARD_REPLICATION_BATCH_BYTES";
 
 /// Not a flag: the log filter (`info`, `switchboard_node=debug`, ...), read by every command.
 pub const LOG: &str = "SWITCHBOARD_LOG";
@@ -102,6 +106,8 @@ pub const SERVE: &[&str] = &[
     ENCRYPTION_KEY_FILE,
     HEARTBEAT_INTERVAL,
     ELECTION_TIMEOUT,
+    MAX_ENTRY_BYTES,
+    REPLICATION_BATCH_BYTES,
 ];
 
 #[cfg(test)]
@@ -114,7 +120,7 @@ mod tests {
     fn serve_lists_each_flag_once_with_the_prefix() {
         let unique: BTreeSet<&str> = SERVE.iter().copied().collect();
         assert_eq!(unique.len(), SERVE.len(), "a name is listed twice");
-        assert_eq!(SERVE.len(), 31);
+        assert_eq!(SERVE.len(), 33);
         for name in SERVE {
             assert!(name.starts_with("SWITCHBOARD_") && name[12..].chars().all(|c| c.is_ascii_uppercase() || c == '_'), "{name}");
         }

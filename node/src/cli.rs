@@ -229,6 +229,23 @@ pub struct ServeArgs {
     /// Minimum Raft election timeout (the maximum is twice this); must exceed the heartbeat.
     #[arg(long, env = env::ELECTION_TIMEOUT, value_parser = parse_duration, default_value = "1s")]
     pub election_timeout: Duration,
+    /// Largest replicated entry a write may make, in bytes (a session record, a client's
+    /// answer); larger ones are refused before they are proposed.
+    #[arg(long, env = env::MAX_ENTRY_BYTES, default_value_t = 4 * 1024 * 1024, value_parser = limit_bytes)]
+    pub max_entry_bytes: usize,
+    /// Bytes of log entries one replication request carries at most (past its first entry).
+    #[arg(long, env = env::REPLICATION_BATCH_BYTES, default_value_t = 8 * 1024 * 1024, value_parser = limit_bytes)]
+    pub replication_batch_bytes: usize,
+}
+
+/// A byte limit of the Raft layer: within the bounds that keep every frame under the cap.
+fn limit_bytes(text: &str) -> Result<usize, String> {
+    use crate::raft::config::{MAX_LIMIT_BYTES, MIN_LIMIT_BYTES};
+    let bytes: usize = text.parse().map_err(|_| format!("invalid byte count {text:?}"))?;
+    if !(MIN_LIMIT_BYTES..=MAX_LIMIT_BYTES).contains(&bytes) {
+        return Err(format!("{bytes} is not between {MIN_LIMIT_BYTES} and {MAX_LIMIT_BYTES} bytes"));
+    }
+    Ok(bytes)
 }
 
 /// Parse `0=host:7070,1=host:7070`.
@@ -365,6 +382,8 @@ fn raft_config(args: &ServeArgs, node_id: u64) -> Result<RaftNodeConfig, CliErro
     config.heartbeat = args.heartbeat_interval;
     config.election_timeout = args.election_timeout;
     config.session_ttl = args.common.session_ttl;
+    config.max_entry_bytes = args.max_entry_bytes;
+    config.replication_batch_bytes = args.replication_batch_bytes;
     Ok(config)
 }
 

@@ -65,6 +65,7 @@ pub struct Metrics {
     mailboxes_pending: Gauge,
     answers_delivered: Counter,
     limit_refusals: Family<Limit, Counter>,
+    snapshot_chunks_received: Counter,
 }
 
 impl Default for Metrics {
@@ -115,7 +116,13 @@ impl Metrics {
         let answers_delivered = Counter::default();
         registry.register("answers_delivered", "Client answers this node received and delivered to a mailbox", answers_delivered.clone());
         let limit_refusals = Family::<Limit, Counter>::default();
-        registry.register("limit_refusals", "Requests refused by a configured limit, by limit", limit_refusals.clone());
+        registry.register("limit_refusals", "Requests refused because they pass a configured limit, by limit", limit_refusals.clone());
+        let snapshot_chunks_received = Counter::default();
+        registry.register(
+            "raft_snapshot_chunks_received",
+            "Pieces of snapshots received from the leader",
+            snapshot_chunks_received.clone(),
+        );
         Metrics {
             registry: Mutex::new(registry),
             outcomes,
@@ -134,7 +141,16 @@ impl Metrics {
             mailboxes_pending,
             answers_delivered,
             limit_refusals,
+            snapshot_chunks_received,
         }
+    }
+
+    pub fn snapshot_chunk_received(&self) {
+        self.snapshot_chunks_received.inc();
+    }
+
+    pub fn snapshot_chunks_received_count(&self) -> u64 {
+        self.snapshot_chunks_received.get()
     }
 
     pub fn outcome(&self, kind: RequestKind, outcome: &'static str) {
@@ -158,7 +174,7 @@ impl Metrics {
     }
 
     /// A request refused by a configured limit (`sessions`, `session_record_bytes`,
-    /// `subscriptions_per_session`, `requests_per_session`, `requests_per_node`).
+    /// `subscriptions_per_session`, `requests_per_session`, `requests_per_node`, `entry_bytes`).
     pub fn limit_refused(&self, limit: &'static str) {
         self.limit_refusals.get_or_create(&Limit { limit }).inc();
     }
@@ -237,9 +253,12 @@ impl Metrics {
     }
 }
 
-/// `/metrics`, `/healthz`, and `/readyz`, which answers 503 until `ready()` holds (a Raft member
-/// is ready once it knows a leader).
-pub fn router(metrics: Arc<Metrics>, ready: Arc<dyn Fn() -> bool + Send + Sync>) -> axum::Router {
+/// Whether the node takes traffic now, and if not, why (the text `/readyz` answers with).
+pub type Readiness = Arc<dyn Fn() -> futures::future::BoxFuture<'static, Result<(), String>> + Send + Sync>;
+
+/// `/metrics`, `/healthz`, and `/readyz`, which answers 503 with the reason while `ready` says
+/// no (a Raft member is ready while it hears from a quorum).
+pub fn router(metrics: Arc<Metrics>, ready: Readiness) -> axum::Router {
     use axum::http::StatusCode;
     use axum::routing::get;
     axum::Router::new()
@@ -255,7 +274,12 @@ pub fn router(metrics: Arc<Metrics>, ready: Arc<dyn Fn() -> bool + Send + Sync>)
             "/readyz",
             get(move || {
                 let ready = ready();
-                async move { if ready { (StatusCode::OK, "ready") } else { (StatusCode::SERVICE_UNAVAILABLE, "no Raft leader known yet") } }
+                async move {
+                    match ready.await {
+                        Ok(()) => (StatusCode::OK, "ready".to_string()),
+                        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {reason}")),
+                    }
+                }
             }),
         )
 }

@@ -27,13 +27,16 @@ fn free_port() -> u16 {
 struct Node {
     child: Child,
     peer: String,
+    /// Address of `/metrics`, `/healthz` and `/readyz`.
+    metrics: String,
 }
 
 fn spawn(id: u64, dir: &Path, secret: &Path, membership: &[&str], peer_port: u16) -> Node {
+    let metrics = format!("127.0.0.1:{}", free_port());
     let child = Command::new(BIN)
         .args(["serve", "--node-id", &id.to_string()])
         .args(["--listen", &format!("127.0.0.1:{}", free_port())])
-        .args(["--metrics-listen", &format!("127.0.0.1:{}", free_port())])
+        .args(["--metrics-listen", &metrics])
         .args(["--peer-listen", &format!("127.0.0.1:{peer_port}")])
         .arg("--data-dir")
         .arg(dir.join(format!("node-{id}")))
@@ -48,7 +51,7 @@ fn spawn(id: u64, dir: &Path, secret: &Path, membership: &[&str], peer_port: u16
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    Node { child, peer: format!("127.0.0.1:{peer_port}") }
+    Node { child, peer: format!("127.0.0.1:{peer_port}"), metrics }
 }
 
 async fn status(peer: &str, secret: &Path) -> Option<Value> {
@@ -141,6 +144,62 @@ async fn processes_form_a_cluster_a_node_joins_and_one_restarts() {
     assert_eq!(s["voters"], serde_json::json!([0, 1, 2]));
 }
 
+/// `/readyz` of `node`: its status and body (`None` while it does not answer).
+async fn readyz(node: &Node) -> Option<(u16, String)> {
+    let res = reqwest::get(format!("http://{}/readyz", node.metrics)).await.ok()?;
+    Some((res.status().as_u16(), res.text().await.ok()?))
+}
+
+/// Poll `/readyz` of `node` until its status is `status`; the body it answered with.
+async fn wait_readyz(node: &Node, status: u16, within: Duration) -> String {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let seen = readyz(node).await;
+        if let Some((s, body)) = &seen
+            && *s == status
+        {
+            return body.clone();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "/readyz of {} not {status} within {within:?}: {seen:?}", node.peer);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_leader_that_hears_from_no_quorum_stops_being_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "s3cret\n").unwrap();
+    std::fs::write(dir.path().join("key"), "ab".repeat(32)).unwrap();
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let peers = (0..3).map(|i| format!("{i}=127.0.0.1:{}", ports[i])).collect::<Vec<_>>().join(",");
+    let mut nodes: Vec<Node> = (0..3).map(|i| spawn(i as u64, dir.path(), &secret, &["--peers", &peers], ports[i])).collect();
+    for node in &nodes {
+        assert_eq!(wait_readyz(node, 200, Duration::from_secs(20)).await, "ready");
+    }
+    let s = wait_until(&nodes[0].peer, &secret, "a leader", |s| !s["leader"].is_null()).await;
+    let leader = s["leader"].as_u64().unwrap() as usize;
+
+    // Its followers die: it still leads (nobody tells it otherwise), but cannot commit.
+    for (i, node) in nodes.iter_mut().enumerate() {
+        if i != leader {
+            node.child.kill().await.unwrap();
+        }
+    }
+    // Ready within three election timeouts (900 ms) of the last acknowledgement.
+    let body = wait_readyz(&nodes[leader], 503, Duration::from_secs(3)).await;
+    assert!(body.starts_with("not ready: leader without a quorum"), "{body}");
+    let s = status(&nodes[leader].peer, &secret).await.unwrap();
+    assert_eq!(s["leader"].as_u64(), Some(leader as u64), "it still calls itself leader");
+
+    for i in (0..3).filter(|i| *i != leader) {
+        nodes[i] = spawn(i as u64, dir.path(), &secret, &["--peers", &peers], ports[i]);
+    }
+    for node in &nodes {
+        wait_readyz(node, 200, Duration::from_secs(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn bad_flags_are_refused_with_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
@@ -154,6 +213,8 @@ async fn bad_flags_are_refused_with_clear_errors() {
         (vec!["serve", "--node-id", "0", "--peers", "0=127.0.0.1:1"], "--encryption-key-file is required"),
         (vec!["serve", "--elicitation-timeout", "soon"], "invalid value 'soon' for '--elicitation-timeout"),
         (vec!["serve", "--heartbeat-interval", "2s", "--election-timeout", "1s", "--node-id", "0"], "must be longer"),
+        (vec!["serve", "--max-entry-bytes", "1000"], "1000 is not between 65536 and 67108864 bytes"),
+        (vec!["serve", "--replication-batch-bytes", "1gb"], "invalid byte count"),
         (vec!["serve", "--allowed-origins", "*"], "* is not an origin"),
         (vec!["serve", "--allowed-origins", "https://app.example.com/"], "is not an origin: write http://HOST or https://HOST"),
         (vec!["serve", "--allowed-hosts", "mcp.example.com:8080"], "is not a host name"),

@@ -21,6 +21,10 @@ struct McpCluster {
 }
 
 async fn start() -> McpCluster {
+    start_with(|_| {}).await
+}
+
+async fn start_with(tweak: fn(&mut switchboard_node::raft::RaftNodeConfig)) -> McpCluster {
     let sealer = Arc::new(IdSealer::random());
     let build: McpServerFor = Arc::new(move |i, stores: ClusterStores| {
         common::builder(ServerConfig { node_id: i as u64, ..Default::default() })
@@ -28,7 +32,7 @@ async fn start() -> McpCluster {
             .cluster(stores.link)
             .build(stores.mailbox, stores.sessions)
     });
-    let raft = TestCluster::start_with_mcp(3, build).await;
+    let raft = TestCluster::start_tweaked_with_mcp(3, tweak, build).await;
     let (mut urls, mut servers) = (Vec::new(), Vec::new());
     for member in raft.members.iter().map(|m| m.as_ref().unwrap()) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -206,5 +210,53 @@ async fn notifications_reach_the_standalone_stream_on_whichever_node_holds_it() 
         json!({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": "test://watched-resource"}})
     );
     assert_eq!(messages[1]["method"], "notifications/tools/list_changed");
+    cluster.raft.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_is_too_large_to_replicate_is_refused_to_the_client_and_changes_nothing() {
+    const LIMIT: usize = 64 * 1024;
+    let mut cluster = start_with(|c| c.max_entry_bytes = 64 * 1024).await;
+    let pending_mailboxes = |cluster: &McpCluster| cluster.raft.node(0).sm.read(|sm| sm.pending_mailboxes());
+
+    // A session record over the limit: invalid params, no session.
+    let mut client = RawClient::new(&cluster.urls[0]);
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-11-25",
+        "capabilities": {"elicitation": {}, "experimental": {"pad": "x".repeat(LIMIT)}}, "clientInfo": {"name": "big", "version": "1"}}});
+    let res = client.post(init.to_string()).send().await.unwrap();
+    assert!(res.headers().get("mcp-session-id").is_none(), "no session was made");
+    let body: serde_json::Value = res.json().await.unwrap();
+    assert_eq!(body["error"]["code"], -32602, "{body}");
+    // Refused by whichever limit meets it first: the session record's own cap on initialize
+    // params is checked before anything is proposed.
+    let refused =
+        |m: &switchboard_node::metrics::Metrics| m.limit_refused_count("entry_bytes") + m.limit_refused_count("session_record_bytes");
+    assert_eq!(refused(&cluster.raft.metrics[0]) + refused(cluster.servers[0].metrics()), 1, "{body}");
+
+    // An answer over the limit: 413 from the node it reached, nothing delivered; the handler
+    // still waits, and a smaller answer to the same request is delivered.
+    client.initialize().await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "confirm", "arguments": {"action": "ship"}}});
+    let mut res = client.post(call.to_string()).send().await.unwrap();
+    let mut buffer = String::new();
+    let request = loop {
+        let events = read_events(&mut res, 1, &mut buffer).await;
+        if let Some(m) = data(&events).into_iter().find(|m| m["method"] == "elicitation/create") {
+            break m;
+        }
+    };
+    let pending = pending_mailboxes(&cluster);
+    let big = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"action": "accept",
+        "content": {"confirm": true}, "_meta": {"pad": "x".repeat(LIMIT)}}});
+    let refused = on(&client, &cluster, 2).post(big.to_string()).send().await.unwrap();
+    assert_eq!(refused.status(), 413);
+    assert!(refused.text().await.unwrap().contains("answer too large to deliver"));
+    assert_eq!(cluster.raft.metrics[2].limit_refused_count("entry_bytes"), 1);
+    cluster.raft.node(0).linearize().await.unwrap();
+    assert_eq!(pending_mailboxes(&cluster), pending, "the mailbox still waits");
+    let answer = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"action": "accept", "content": {"confirm": true}}});
+    assert_eq!(on(&client, &cluster, 2).post(answer.to_string()).send().await.unwrap().status(), 202);
+    let rest = data(&read_events(&mut res, usize::MAX, &mut buffer).await);
+    assert_eq!(rest.last().unwrap()["result"]["structuredContent"]["answer"], "confirmed");
     cluster.raft.stop_all().await;
 }

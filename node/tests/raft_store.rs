@@ -21,7 +21,8 @@ struct RedbBuilder;
 impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> for RedbBuilder {
     async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachineStore), StorageError<TypeConfig>> {
         let dir = tempfile::tempdir().unwrap();
-        let log = LogStore::open(dir.path()).unwrap();
+        // A budget of one byte: every replication read goes through the limited path.
+        let log = LogStore::open(dir.path()).unwrap().batch_budget(1);
         let sm = StateMachineStore::open(dir.path()).unwrap();
         Ok((dir, log, sm))
     }
@@ -196,6 +197,58 @@ async fn peer_requests_without_the_secret_are_refused_and_change_nothing() {
     let after = cluster.node(0).status();
     assert_eq!((before.term, before.leader, before.voters.clone()), (after.term, after.leader, after.voters.clone()));
     assert_eq!(before.last_log_index, after.last_log_index);
+    cluster.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_truncated_or_malformed_snapshot_stream_is_refused_and_changes_nothing() {
+    use futures::StreamExt;
+    use openraft::async_runtime::WatchReceiver;
+    use switchboard_node::peer::PeerClient;
+    use switchboard_node::peer::codec::{decode, encode};
+    use switchboard_node::peer::stream::{framed, send_encoded};
+    use switchboard_node::raft::snapshot_stream::{PROTOCOL, SnapshotRefused, SnapshotReply, ToFollower};
+    use switchboard_node::raft::state_machine::StateMachine;
+    use switchboard_node::raft::types::{SnapshotMeta, Vote};
+    use tokio::io::AsyncWriteExt;
+
+    let mut cluster = TestCluster::start(1).await;
+    let addr = cluster.members[0].as_ref().unwrap().peer_addr.to_string();
+    let key = MailboxKey::random();
+    cluster.mailbox(0).create(&key, SessionTag::default(), 0, Duration::from_secs(60)).await.unwrap();
+    let before = cluster.node(0).status();
+    let client = PeerClient::new(SECRET.into(), None, None);
+    // A state that loads, announced by a leader of a later term: anything installed, or any
+    // vote taken, would show in the term or the state.
+    let state = encode(&StateMachine::default());
+    // Each case: the frames sent (encoded), then the end of the stream; what the refusal says.
+    let begin =
+        |size: usize| encode(&ToFollower::Begin { vote: Vote::new_committed(99, 5), meta: SnapshotMeta::default(), size: size as u64 });
+    let chunk = |data: &[u8]| encode(&ToFollower::Chunk(data.into()));
+    let end = encode(&ToFollower::End);
+    let half = &state[..state.len() / 2];
+    let cases = [
+        (vec![begin(state.len()), chunk(half)], "ended before"),
+        (vec![begin(half.len()), chunk(&state), end.clone()], "more data than"),
+        (vec![begin(state.len()), vec![0xc1, 0x00, 0xff]], "malformed frame"),
+        (vec![begin(3), chunk(b"abc"), end.clone()], "malformed snapshot data"),
+    ];
+    for (frames, expected) in cases {
+        let (mut reader, mut writer) = framed(client.upgrade(&addr, "/raft/snapshot", PROTOCOL).await.unwrap());
+        for frame in frames {
+            send_encoded(&mut writer, frame).await.unwrap();
+        }
+        writer.get_mut().shutdown().await.unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(10), reader.next()).await.expect("answered").unwrap().unwrap();
+        match decode::<SnapshotReply>(&answer).unwrap() {
+            Err(SnapshotRefused::Invalid(reason)) => assert!(reason.contains(expected), "{reason:?} should say {expected:?}"),
+            other => panic!("{expected}: expected a refusal, got {other:?}"),
+        }
+    }
+    let after = cluster.node(0).status();
+    assert_eq!((before.term, before.leader, before.last_log_index), (after.term, after.leader, after.last_log_index));
+    assert!(cluster.node(0).raft.metrics().borrow_watched().snapshot.is_none(), "no snapshot installed");
+    assert_eq!(cluster.mailbox(0).deliver(&key, SessionTag::default(), json!("still here")).await.unwrap(), DeliverOutcome::Delivered);
     cluster.stop_all().await;
 }
 

@@ -111,9 +111,9 @@ impl Member {
         self.sessions.clone()
     }
 
-    /// Ready for traffic: this member knows a leader.
-    pub fn is_ready(&self) -> bool {
-        self.node.leader_id().is_some()
+    /// Ready for traffic: this member hears from a quorum (see `RaftNode::readiness`).
+    pub async fn is_ready(&self) -> bool {
+        self.node.is_ready().await
     }
 
     /// Stop serving and stop Raft (the data directory stays, for a restart).

@@ -70,10 +70,22 @@ impl Node {
         self.mcp.clone()
     }
 
-    /// `/metrics`, `/healthz` and `/readyz` (ready once a Raft member knows a leader).
+    /// `/metrics`, `/healthz` and `/readyz` (a Raft member is ready while it hears from a
+    /// quorum: see `RaftNode::readiness`; a node over memory always is).
     pub fn metrics_router(&self) -> Router {
         let node = self.member.as_ref().map(|m| m.node.clone());
-        metrics::router(self.metrics.clone(), Arc::new(move || node.as_ref().is_none_or(|n| n.leader_id().is_some())))
+        metrics::router(
+            self.metrics.clone(),
+            Arc::new(move || {
+                let node = node.clone();
+                Box::pin(async move {
+                    match node {
+                        Some(node) => node.readiness().await.map_err(|e| e.to_string()),
+                        None => Ok(()),
+                    }
+                })
+            }),
+        )
     }
 
     /// Stop the Raft member, if any (its data directory stays).

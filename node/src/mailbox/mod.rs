@@ -151,6 +151,9 @@ pub enum MailboxError {
     /// The replicated store could not commit the operation (no quorum, shutting down...).
     #[error("mailbox store unavailable: {0}")]
     Unavailable(#[source] BoxError),
+    /// The value is larger than the store replicates; nothing was written.
+    #[error("value too large to replicate: {size} bytes, at most {limit}")]
+    TooLarge { size: usize, limit: usize },
 }
 
 pub fn check_ttl(ttl: Duration) -> Result<(), MailboxError> {

@@ -11,3 +11,31 @@ pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
 pub fn decode<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, rmp_serde::decode::Error> {
     rmp_serde::from_slice(bytes)
 }
+
+/// How many bytes [`encode`] makes of `value`, counted without building them.
+pub fn encoded_len<T: Serialize>(value: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    rmp_serde::encode::write_named(&mut count, value).expect("in-memory values always encode");
+    count.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encoded_len_counts_what_encode_writes() {
+        let value = serde_json::json!({"answer": "x".repeat(70_000), "n": [1, 2.5, null, true], "nested": {"k": "v"}});
+        assert_eq!(encoded_len(&value), encode(&value).len());
+    }
+}

@@ -36,8 +36,26 @@ pub fn framed<IO: AsyncRead + AsyncWrite>(io: IO) -> (Reader<IO>, Writer<IO>) {
     (FramedRead::new(read, codec()), FramedWrite::new(write, codec()))
 }
 
+/// Encode `frame` and send it (see [`send_encoded`]).
 pub async fn send<IO: AsyncWrite>(writer: &mut Writer<IO>, frame: &impl Serialize) -> std::io::Result<()> {
-    writer.send(bytes::Bytes::from(encode(frame))).await
+    send_encoded(writer, encode(frame)).await
+}
+
+/// Send an encoded frame. One over [`MAX_FRAME`] is not sent: the peer would refuse it, so the
+/// error ends the stream, and it is logged at warn, since it means something outgrew the byte
+/// limits meant to keep every frame under the cap (a stream failing quietly on every retry is
+/// how a follower once stayed behind for good).
+pub async fn send_encoded<IO: AsyncWrite>(writer: &mut Writer<IO>, frame: Vec<u8>) -> std::io::Result<()> {
+    check_frame_len(frame.len(), MAX_FRAME)?;
+    writer.send(bytes::Bytes::from(frame)).await
+}
+
+fn check_frame_len(len: usize, max: usize) -> std::io::Result<()> {
+    if len <= max {
+        return Ok(());
+    }
+    tracing::warn!(bytes = len, limit = max, "peer frame over the frame limit; not sent, closing the stream");
+    Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("peer frame of {len} bytes is over the limit of {max}")))
 }
 
 /// Answer an upgrade request for `protocol` (101) and run `serve` on the connection once it is
@@ -60,4 +78,17 @@ where
         }
     }));
     (StatusCode::SWITCHING_PROTOCOLS, [(header::CONNECTION, "upgrade"), (header::UPGRADE, protocol)]).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_over_the_limit_is_refused_with_a_clear_error() {
+        assert!(check_frame_len(100, 100).is_ok());
+        let err = check_frame_len(101, 100).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+        assert_eq!(err.to_string(), "peer frame of 101 bytes is over the limit of 100");
+    }
 }

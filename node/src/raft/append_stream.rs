@@ -4,11 +4,15 @@
 //! per heartbeat, so a connection carries sessions one after another: the leader ends each with `End`, the follower answers
 //! `End` after the session's last result, and the connection goes back to a pool. Results come
 //! back in request order; the follower answers each once its log is flushed.
+//!
+//! Each request is bounded in bytes by the log store's batch budget, and the bytes sent and not
+//! yet answered by a bounded window: a follower far behind is fed as fast as it flushes, not
+//! handed the whole backlog to hold in memory and write in one transaction.
 
 use super::Raft;
-use super::types::{TypeConfig, decode};
+use super::types::{TypeConfig, decode, encode};
 use crate::peer::routes::APPEND_STREAM;
-use crate::peer::stream::{Reader, Writer, framed, send};
+use crate::peer::stream::{Reader, Writer, framed, send, send_encoded};
 use crate::peer::{MIN_RPC_TIMEOUT, PeerClient, PeerError};
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -16,7 +20,7 @@ use futures::{FutureExt, StreamExt};
 use openraft::errors::{Fatal, NetworkError, RPCError, Unreachable};
 use openraft::raft::{AppendEntriesRequest, StreamAppendResult};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -148,11 +152,43 @@ impl Drop for AbortOnDrop {
 
 type Results<'s> = BoxStream<'s, Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>>;
 
-/// Leader side: run one session to `addr` over a pooled or new connection.
+/// The bytes of requests sent and not answered yet, bounded: the sender takes room for a frame
+/// before sending it, and each result gives back the room of the oldest frame (results come
+/// in request order). A frame larger than the whole window takes all of it.
+struct Window {
+    room: tokio::sync::Semaphore,
+    taken: Mutex<VecDeque<u32>>,
+    bytes: u32,
+}
+
+impl Window {
+    fn new(bytes: usize) -> Window {
+        let bytes = u32::try_from(bytes).unwrap_or(u32::MAX).max(1);
+        Window { room: tokio::sync::Semaphore::new(bytes as usize), taken: Mutex::default(), bytes }
+    }
+
+    async fn take(&self, frame_len: usize) {
+        let permits = u32::try_from(frame_len).unwrap_or(u32::MAX).clamp(1, self.bytes);
+        if let Ok(room) = self.room.acquire_many(permits).await {
+            room.forget();
+        }
+        self.taken.lock().unwrap().push_back(permits);
+    }
+
+    fn answered(&self) {
+        if let Some(permits) = self.taken.lock().unwrap().pop_front() {
+            self.room.add_permits(permits as usize);
+        }
+    }
+}
+
+/// Leader side: run one session to `addr` over a pooled or new connection, with at most
+/// `in_flight_bytes` of requests unanswered.
 pub fn open<'s, S>(
     client: &'s PeerClient,
     pool: &'s Pool,
     addr: &'s str,
+    in_flight_bytes: usize,
     requests: S,
 ) -> BoxFuture<'s, Result<Results<'s>, RPCError<TypeConfig>>>
 where
@@ -168,8 +204,9 @@ where
         };
         // Frames sent whose answer (a result, or `End` for `End`) has not come back.
         let unanswered = Arc::new(AtomicUsize::new(0));
-        let sender = AbortOnDrop(Some(tokio::spawn(send_requests(requests, writer, unanswered.clone()))));
-        let session = Session { reader, sender, unanswered, pool: pool.clone(), addr: addr.to_string() };
+        let window = Arc::new(Window::new(in_flight_bytes));
+        let sender = AbortOnDrop(Some(tokio::spawn(send_requests(requests, writer, unanswered.clone(), window.clone()))));
+        let session = Session { reader, sender, unanswered, window, pool: pool.clone(), addr: addr.to_string() };
         let results = futures::stream::unfold(Some(session), |session| async move {
             let mut session = session?;
             let failed =
@@ -187,6 +224,7 @@ where
             match frame {
                 Ok(ToLeader::Result(Ok(result))) => {
                     session.unanswered.fetch_sub(1, Ordering::AcqRel);
+                    session.window.answered();
                     Some((Ok(result), Some(session)))
                 }
                 // The follower's Raft stopped: as good as unreachable.
@@ -206,6 +244,7 @@ struct Session {
     reader: Reader<Upgraded>,
     sender: AbortOnDrop,
     unanswered: Arc<AtomicUsize>,
+    window: Arc<Window>,
     pool: Pool,
     addr: String,
 }
@@ -221,14 +260,22 @@ impl Session {
     }
 }
 
-/// Write the session's requests, then `End`; hands the writer back for reuse.
-async fn send_requests<S>(mut requests: S, mut writer: Writer<Upgraded>, unanswered: Arc<AtomicUsize>) -> Option<Writer<Upgraded>>
+/// Write the session's requests, each once the window has room for it, then `End`; hands the
+/// writer back for reuse.
+async fn send_requests<S>(
+    mut requests: S,
+    mut writer: Writer<Upgraded>,
+    unanswered: Arc<AtomicUsize>,
+    window: Arc<Window>,
+) -> Option<Writer<Upgraded>>
 where
     S: futures::Stream<Item = AppendEntriesRequest<TypeConfig>> + Unpin,
 {
     while let Some(request) = requests.next().await {
+        let frame = encode(&ToFollower::Append(request));
+        window.take(frame.len()).await;
         unanswered.fetch_add(1, Ordering::AcqRel);
-        if let Err(e) = send(&mut writer, &ToFollower::Append(request)).await {
+        if let Err(e) = send_encoded(&mut writer, frame).await {
             tracing::debug!(error = %e, "replication stream write failed");
             let _ = writer.get_mut().shutdown().await;
             return None;
@@ -236,4 +283,26 @@ where
     }
     unanswered.fetch_add(1, Ordering::AcqRel);
     send(&mut writer, &ToFollower::End).await.ok().map(|_| writer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn the_window_holds_a_frame_back_until_an_older_one_is_answered() {
+        let window = Window::new(100);
+        window.take(40).await;
+        window.take(40).await;
+        let third = tokio::time::timeout(Duration::from_millis(50), window.take(40)).await;
+        assert!(third.is_err(), "120 bytes would be unanswered");
+        window.answered();
+        tokio::time::timeout(Duration::from_millis(50), window.take(40)).await.expect("room again");
+        // A frame larger than the window waits for all of it, then goes alone.
+        window.answered();
+        window.answered();
+        tokio::time::timeout(Duration::from_millis(50), window.take(1000)).await.expect("an empty window takes any frame");
+        assert!(tokio::time::timeout(Duration::from_millis(50), window.take(1)).await.is_err());
+    }
 }

@@ -45,21 +45,26 @@ pub const CLOCK_STRAGGLER_WAIT: Duration = Duration::from_millis(100);
 pub struct LeaderClock {
     /// Milliseconds to add to this node's wall clock to get the voters' majority time.
     offset_ms: AtomicI64,
-    /// When the last agreement was reached.
-    agreed_at: Mutex<Option<Instant>>,
+    /// The last agreement: when it was reached, and the majority time it found then.
+    agreed_at: Mutex<Option<(Instant, Millis)>>,
     /// One agreement at a time: the writes waiting meanwhile use its result.
     pub(super) agreeing: tokio::sync::Mutex<()>,
 }
 
 impl LeaderClock {
-    /// This node's wall clock, corrected by the last agreement.
+    /// The time to stamp. While the last agreement is fresh: its majority time plus the time
+    /// elapsed since, on the monotonic clock, so a wall-clock jump in that window cannot pass
+    /// as agreed. Otherwise this node's wall clock corrected by the last agreement's offset.
     pub fn now(&self) -> Millis {
-        now_ms().saturating_add_signed(self.offset_ms.load(Ordering::Relaxed))
+        self.agreed_now().unwrap_or_else(|| now_ms().saturating_add_signed(self.offset_ms.load(Ordering::Relaxed)))
     }
 
-    /// Whether an agreement was reached a moment ago (stamps taken now are still agreed).
-    pub fn fresh(&self) -> bool {
-        self.agreed_at.lock().unwrap().is_some_and(|at| at.elapsed() < AGREEMENT_FRESH)
+    /// The agreed time now, if an agreement was reached a moment ago (a stamp taken from it is
+    /// still agreed): its majority time plus the monotonic time elapsed since.
+    pub fn agreed_now(&self) -> Option<Millis> {
+        let (at, agreed) = (*self.agreed_at.lock().unwrap())?;
+        let elapsed = at.elapsed();
+        (elapsed < AGREEMENT_FRESH).then(|| agreed.saturating_add(elapsed.as_millis() as Millis))
     }
 
     /// Record an agreement: when this node's wall clock read `own`, the voters' majority time
@@ -67,7 +72,7 @@ impl LeaderClock {
     pub fn agreed(&self, own: Millis, agreed: Millis) -> i64 {
         let offset = agreed as i64 - own as i64;
         self.offset_ms.store(offset, Ordering::Relaxed);
-        *self.agreed_at.lock().unwrap() = Some(Instant::now());
+        *self.agreed_at.lock().unwrap() = Some((Instant::now(), agreed));
         offset
     }
 }
@@ -107,12 +112,16 @@ mod tests {
     #[test]
     fn the_corrected_clock_follows_the_agreement() {
         let clock = LeaderClock::default();
-        assert!(!clock.fresh());
+        assert!(clock.agreed_now().is_none());
         let own = now_ms();
         let offset = clock.agreed(own, own - 3_600_000);
         assert_eq!(offset, -3_600_000);
-        assert!(clock.fresh());
+        assert!(clock.agreed_now().is_some());
         let corrected = clock.now();
         assert!(corrected >= own - 3_600_000 && corrected < own - 3_500_000, "{corrected} vs {own}");
+        // While fresh, the stamp is the agreed time plus monotonic time since: it never depends
+        // on this node's wall clock, which may jump in that window.
+        let agreed_now = clock.agreed_now().expect("fresh");
+        assert!(agreed_now >= own - 3_600_000 && agreed_now < own - 3_600_000 + AGREEMENT_FRESH.as_millis() as Millis);
     }
 }

@@ -41,9 +41,31 @@ pub struct RaftNodeConfig {
     pub source_ip: Option<std::net::IpAddr>,
     /// Fingerprint of the id-encryption key; peers with another one are refused.
     pub key_fingerprint: Option<String>,
+    /// The largest log entry a write may make (its encoded command), in bytes. A larger write
+    /// is refused before it is proposed ([`super::RaftStoreError::EntryTooLarge`]): every
+    /// entry must fit in one replication frame, and each one is held by every replica.
+    pub max_entry_bytes: usize,
+    /// Byte budget of one AppendEntries request. openraft bounds a batch only by its number of
+    /// entries; a batch ends before it would pass this (it always carries at least one entry),
+    /// so a follower far behind catches up in frames well under the peer frame limit.
+    pub replication_batch_bytes: usize,
+    /// A snapshot travels to a follower in pieces of at most this many bytes.
+    pub snapshot_chunk_bytes: usize,
 }
 
+/// Bounds of the byte limits above: an entry or a batch must fit in one peer frame
+/// ([`crate::peer::stream::MAX_FRAME`]) with room to spare.
+pub const MIN_LIMIT_BYTES: usize = 64 * 1024;
+pub const MAX_LIMIT_BYTES: usize = 64 * 1024 * 1024;
+
 impl RaftNodeConfig {
+    /// How recently a member must have heard from a quorum to be ready for traffic: a few
+    /// election timeouts, so a missed heartbeat or a slow fsync does not flap readiness, while
+    /// a member cut off from the quorum turns unready about when the others elect a new leader.
+    pub fn ready_within(&self) -> Duration {
+        3 * self.election_timeout
+    }
+
     pub fn new(node_id: NodeId, data_dir: PathBuf, advertise: String, secret: String) -> Self {
         RaftNodeConfig {
             node_id,
@@ -60,6 +82,23 @@ impl RaftNodeConfig {
             write_timeout: Duration::from_secs(5),
             source_ip: None,
             key_fingerprint: None,
+            max_entry_bytes: 4 * 1024 * 1024,
+            replication_batch_bytes: 8 * 1024 * 1024,
+            snapshot_chunk_bytes: 4 * 1024 * 1024,
         }
+    }
+
+    /// Refuse byte limits that would let an entry, a batch or a snapshot piece outgrow a frame.
+    pub fn check_limits(&self) -> Result<(), String> {
+        for (name, value, min) in [
+            ("max_entry_bytes", self.max_entry_bytes, MIN_LIMIT_BYTES),
+            ("replication_batch_bytes", self.replication_batch_bytes, MIN_LIMIT_BYTES),
+            ("snapshot_chunk_bytes", self.snapshot_chunk_bytes, 1),
+        ] {
+            if !(min..=MAX_LIMIT_BYTES).contains(&value) {
+                return Err(format!("{name} must be between {min} and {MAX_LIMIT_BYTES} bytes, got {value}"));
+            }
+        }
+        Ok(())
     }
 }

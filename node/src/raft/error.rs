@@ -9,6 +9,11 @@ use crate::session::SessionError;
 pub enum RaftStoreError {
     #[error("invalid Raft configuration: {0}")]
     Config(#[from] openraft::ConfigError),
+    #[error("invalid Raft configuration: {0}")]
+    Limits(String),
+    /// Refused before it was proposed: nothing was written.
+    #[error("entry too large: {size} bytes, at most {limit} (--max-entry-bytes)")]
+    EntryTooLarge { size: usize, limit: usize },
     #[error("storage: {0}")]
     Storage(#[from] std::io::Error),
     #[error("raft stopped: {0}")]
@@ -23,12 +28,18 @@ pub enum RaftStoreError {
 
 impl From<RaftStoreError> for MailboxError {
     fn from(e: RaftStoreError) -> Self {
-        MailboxError::Unavailable(Box::new(e))
+        match e {
+            RaftStoreError::EntryTooLarge { size, limit } => MailboxError::TooLarge { size, limit },
+            e => MailboxError::Unavailable(Box::new(e)),
+        }
     }
 }
 
 impl From<RaftStoreError> for SessionError {
     fn from(e: RaftStoreError) -> Self {
-        SessionError::Unavailable(Box::new(e))
+        match e {
+            RaftStoreError::EntryTooLarge { size, limit } => SessionError::TooLarge { size, limit },
+            e => SessionError::Unavailable(Box::new(e)),
+        }
     }
 }

@@ -2,11 +2,14 @@
 //! ([`crate::peer::stream`]) per leader. Concurrent writes share a frame (and, on the leader, one
 //! Raft batch and fsync); each frame is answered, by id, once its writes have committed. With at
 //! most `MAX_IN_FLIGHT` frames unanswered, a lone write goes out at once and a burst queues into
-//! the next frame.
+//! the next frame. A frame holds at most `MAX_BATCH` writes and, past its first write, no more
+//! than the batch byte budget: a burst of large writes must not make a frame over the peer
+//! frame limit, which would fail every write in it on each retry.
 
 use super::messages::{ForwardedWrite, WriteReply};
 use super::state_machine::{Command, WriteId};
 use super::types::decode;
+use crate::peer::codec::encoded_len;
 use crate::peer::routes::WRITE_STREAM;
 use crate::peer::stream::{Accepted, Reader, Writer, framed, send};
 use crate::peer::{MIN_RPC_TIMEOUT, PeerClient, PeerError};
@@ -40,6 +43,8 @@ type ReplyTo = oneshot::Sender<Result<WriteReply, PeerError>>;
 struct Pending {
     addr: String,
     write: ForwardedWrite,
+    /// Encoded size of `write`.
+    size: usize,
     reply: ReplyTo,
 }
 
@@ -153,19 +158,31 @@ pub struct Forwarder {
 
 impl Forwarder {
     /// Start the batching task; it ends when the last `Forwarder` clone is dropped. A leader
-    /// must answer a frame within `answer_within`.
-    pub fn start(client: PeerClient, answer_within: Duration) -> Forwarder {
+    /// must answer a frame within `answer_within`; a frame carries about `batch_bytes` of
+    /// writes at most.
+    pub fn start(client: PeerClient, answer_within: Duration, batch_bytes: usize) -> Forwarder {
         let (tx, mut rx) = mpsc::unbounded_channel::<Pending>();
         tokio::spawn(async move {
             let mut links: HashMap<String, Link> = HashMap::new();
             let mut next_id = 0u64;
             let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-            while let Some(first) = rx.recv().await {
+            // A write taken from the queue that did not fit in the last batch: the next one's first.
+            let mut carried: Option<Pending> = None;
+            loop {
+                let first = match carried.take() {
+                    Some(p) => p,
+                    None => match rx.recv().await {
+                        Some(p) => p,
+                        None => return,
+                    },
+                };
                 let Ok(slot) = slots.clone().acquire_owned().await else { return };
                 // A batch spans leaders only around a leader change; the extra frames go unslotted.
                 let mut slot = Some(slot);
+                let batch;
+                (batch, carried) = take_batch(first, &mut rx, MAX_BATCH, batch_bytes);
                 let mut by_leader: HashMap<String, (Vec<ForwardedWrite>, Vec<ReplyTo>)> = HashMap::new();
-                for p in std::iter::once(first).chain(std::iter::from_fn(|| rx.try_recv().ok()).take(MAX_BATCH - 1)) {
+                for p in batch {
                     if p.reply.is_closed() {
                         continue; // its caller gave up: it must not commit after being reported failed
                     }
@@ -201,7 +218,8 @@ impl Forwarder {
     pub async fn forward(&self, addr: String, write: ForwardedWrite, timeout: Duration) -> Result<WriteReply, PeerError> {
         let (reply, rx) = oneshot::channel();
         let unreachable = |reason: &str| PeerError::Unreachable { addr: addr.clone(), reason: reason.into() };
-        if self.tx.send(Pending { addr: addr.clone(), write, reply }).is_err() {
+        let size = encoded_len(&write);
+        if self.tx.send(Pending { addr: addr.clone(), write, size, reply }).is_err() {
             return Err(unreachable("forwarder stopped"));
         }
         match tokio::time::timeout(timeout, rx).await {
@@ -209,6 +227,33 @@ impl Forwarder {
             Ok(Err(_)) => Err(unreachable("forwarder dropped the write")),
             Err(_) => Err(unreachable("timed out waiting for the leader")),
         }
+    }
+}
+
+/// `first` and what else is queued, up to `max_writes` writes and, past the first, `max_bytes`;
+/// also the write taken from the queue that did not fit, if any.
+fn take_batch<P: HasSize>(first: P, rx: &mut mpsc::UnboundedReceiver<P>, max_writes: usize, max_bytes: usize) -> (Vec<P>, Option<P>) {
+    let mut bytes = first.size();
+    let mut batch = vec![first];
+    while batch.len() < max_writes {
+        let Ok(next) = rx.try_recv() else { break };
+        if bytes.saturating_add(next.size()) > max_bytes {
+            return (batch, Some(next));
+        }
+        bytes += next.size();
+        batch.push(next);
+    }
+    (batch, None)
+}
+
+/// What a queued write weighs in a frame.
+trait HasSize {
+    fn size(&self) -> usize;
+}
+
+impl HasSize for Pending {
+    fn size(&self) -> usize {
+        self.size
     }
 }
 
@@ -247,5 +292,37 @@ pub async fn serve<L: LeaderWrite>(node: Arc<L>, io: Accepted) {
     tokio::select! {
         _ = reading => {}
         _ = writing => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    impl HasSize for usize {
+        fn size(&self) -> usize {
+            *self
+        }
+    }
+
+    #[test]
+    fn a_burst_of_large_writes_is_split_into_frames_within_the_byte_budget() {
+        let (tx, mut rx) = mpsc::unbounded_channel::<usize>();
+        for size in [400, 300, 200, 500, 100, 100] {
+            tx.send(size).unwrap();
+        }
+        let first = rx.try_recv().unwrap();
+        let (batch, carried) = take_batch(first, &mut rx, 100, 1000);
+        assert_eq!((batch, carried), (vec![400, 300, 200], Some(500)), "500 more would pass 1000 bytes");
+        let (batch, carried) = take_batch(carried.unwrap(), &mut rx, 100, 1000);
+        assert_eq!((batch, carried), (vec![500, 100, 100], None));
+        // One write over the budget goes alone; the count bound still holds.
+        tx.send(10).unwrap();
+        assert_eq!(take_batch(5000, &mut rx, 100, 1000), (vec![5000], Some(10)));
+        for _ in 0..5 {
+            tx.send(1).unwrap();
+        }
+        assert_eq!(take_batch(1, &mut rx, 3, 1000), (vec![1, 1, 1], None));
+        assert_eq!(rx.len(), 3);
     }
 }

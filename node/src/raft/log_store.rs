@@ -8,12 +8,17 @@
 //!
 //! The committed index is only remembered by `save_committed` and rides along with the next
 //! write: openraft awaits `save_committed` before applying, so it must not wait for an fsync.
+//!
+//! Replication reads through `limited_get_log_entries`, the hook openraft builds each
+//! AppendEntries request from; openraft itself bounds a request only by its number of entries
+//! (`max_payload_entries`), so the store bounds it in bytes ([`LogStore::batch_budget`]).
 
 use super::types::{Entry, LogId, TypeConfig, Vote, decode, encode, io_error};
+use crate::peer::codec::encoded_len;
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{OptionalSend, entry::RaftEntry};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
@@ -68,6 +73,8 @@ impl Drop for Writer {
 pub struct LogStore {
     shared: Arc<Shared>,
     writer: Arc<Writer>,
+    /// Bytes of encoded entries one replication batch may carry (see `limited_get_log_entries`).
+    batch_bytes: usize,
 }
 
 impl LogStore {
@@ -86,7 +93,14 @@ impl LogStore {
             let shared = shared.clone();
             move || write_loop(&shared, &ops)
         })?;
-        Ok(LogStore { shared, writer: Arc::new(Writer { queue: Some(queue), thread: Some(thread) }) })
+        Ok(LogStore { shared, writer: Arc::new(Writer { queue: Some(queue), thread: Some(thread) }), batch_bytes: usize::MAX })
+    }
+
+    /// Bound every replication batch read from this store (and its readers) to `bytes` of
+    /// encoded entries; unbounded unless set.
+    pub fn batch_budget(mut self, bytes: usize) -> Self {
+        self.batch_bytes = bytes;
+        self
     }
 
     fn enqueue(&self, op: Op) -> io::Result<()> {
@@ -197,6 +211,60 @@ impl RaftLogReader<TypeConfig> for LogStore {
             }
         }
         Ok(entries.into_values().collect())
+    }
+
+    /// The entries of `[start, end)` that fit in one batch: it ends before the entry that would
+    /// take it past the byte budget, and always holds the first one (openraft then asks for
+    /// the rest). Without this, a follower 300 large entries behind is sent them in one frame,
+    /// over the peer frame limit, again and again.
+    async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> io::Result<Vec<Entry>> {
+        let budget = self.batch_bytes;
+        let _not_removing = self.shared.removing.read().await;
+        // Memory first, as in `try_get_log_entries`. The entries still in memory are the
+        // newest, after those only on disk, so no more of them than one batch holds is needed.
+        let mut memory: VecDeque<(u64, Entry, usize)> = VecDeque::new();
+        {
+            let unflushed = self.shared.unflushed.lock().unwrap();
+            let mut taken = 0usize;
+            for (index, entry) in unflushed.range(start..end) {
+                if taken >= budget {
+                    break;
+                }
+                let size = encoded_len(entry);
+                taken = taken.saturating_add(size);
+                memory.push_back((*index, entry.clone(), size));
+            }
+        }
+        let txn = self.shared.db.begin_read().map_err(io_error)?;
+        let table = txn.open_table(LOGS).map_err(io_error)?;
+        let mut disk = table.range::<u64>(start..end).map_err(io_error)?;
+        let mut next_on_disk = disk.next().transpose().map_err(io_error)?;
+        let mut batch = Vec::new();
+        let mut bytes = 0usize;
+        loop {
+            let disk_index = next_on_disk.as_ref().map(|(index, _)| index.value());
+            let memory_index = memory.front().map(|(index, ..)| *index);
+            let (index, size) = match (memory_index, disk_index) {
+                (None, None) => break,
+                (Some(m), None) => (m, memory.front().expect("peeked").2),
+                (Some(m), Some(d)) if m <= d => (m, memory.front().expect("peeked").2),
+                (_, Some(d)) => (d, next_on_disk.as_ref().expect("peeked").1.value().len()),
+            };
+            if !batch.is_empty() && bytes.saturating_add(size) > budget {
+                break;
+            }
+            bytes = bytes.saturating_add(size);
+            if memory_index == Some(index) {
+                batch.push(memory.pop_front().expect("peeked").1);
+            } else {
+                batch.push(decode(next_on_disk.as_ref().expect("peeked").1.value()).map_err(io_error)?);
+            }
+            // The disk's copy of an entry taken from memory is the same entry.
+            if disk_index == Some(index) {
+                next_on_disk = disk.next().transpose().map_err(io_error)?;
+            }
+        }
+        Ok(batch)
     }
 
     async fn read_vote(&mut self) -> io::Result<Option<Vote>> {
@@ -323,6 +391,51 @@ mod tests {
         let mut store = LogStore::open(dir.path()).unwrap();
         assert_eq!(store.read_committed().await.unwrap(), Some(log_id::<TypeConfig>(1, 0, 1)));
         assert_eq!(terms(&store.try_get_log_entries(0..).await.unwrap()), vec![(1, 1), (2, 1)]);
+    }
+
+    /// An entry of about `bytes` bytes once encoded.
+    fn sized_entry(index: u64, bytes: usize) -> Entry {
+        use crate::raft::state_machine::{Command, Request};
+        let command = Command::SessionSubscribe {
+            id: crate::session::SessionId("s".into()),
+            uri: "u".repeat(bytes),
+            subscribed: true,
+            limits: crate::session::SubscriptionLimits { max_count: 100, max_bytes: usize::MAX },
+        };
+        Entry::new_normal(log_id::<TypeConfig>(1, 0, index), Request { now: 0, clock_agreed: true, write: None, command })
+    }
+
+    fn indexes(entries: &[Entry]) -> Vec<u64> {
+        entries.iter().map(|e| e.index()).collect()
+    }
+
+    #[tokio::test]
+    async fn a_replication_batch_ends_at_the_byte_budget_but_always_holds_one_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = LogStore::open(dir.path()).unwrap().batch_budget(10_000);
+        let size = encoded_len(&sized_entry(1, 3_000));
+        assert!((3_000..3_200).contains(&size), "{size}");
+        append_flushed(&mut store, (1..=6).map(|i| sized_entry(i, 3_000)).collect()).await;
+        assert_eq!(indexes(&store.limited_get_log_entries(1, 7).await.unwrap()), vec![1, 2, 3], "a fourth would pass 10,000 bytes");
+        assert_eq!(indexes(&store.limited_get_log_entries(4, 7).await.unwrap()), vec![4, 5, 6]);
+        assert_eq!(indexes(&store.limited_get_log_entries(2, 4).await.unwrap()), vec![2, 3], "the range still bounds it");
+        assert!(store.limited_get_log_entries(3, 3).await.unwrap().is_empty());
+        append_flushed(&mut store, vec![sized_entry(7, 20_000)]).await;
+        assert_eq!(indexes(&store.limited_get_log_entries(6, 8).await.unwrap()), vec![6]);
+        assert_eq!(indexes(&store.limited_get_log_entries(7, 8).await.unwrap()), vec![7], "one entry over the budget goes alone");
+        // Entries not flushed yet (readable from memory, or from disk if the writer was quick)
+        // batch the same way, after those on disk.
+        let (tx, flushed) = TypeConfig::oneshot();
+        store.append((8..=11).map(|i| sized_entry(i, 3_000)).collect::<Vec<_>>(), IOFlushed::signal(tx)).await.unwrap();
+        assert_eq!(indexes(&store.limited_get_log_entries(8, 12).await.unwrap()), vec![8, 9, 10]);
+        assert_eq!(indexes(&store.limited_get_log_entries(5, 12).await.unwrap()), vec![5, 6]);
+        flushed.await.unwrap().unwrap();
+        let all = store.limited_get_log_entries(8, 12).await.unwrap();
+        assert_eq!(all, store.try_get_log_entries(8..11).await.unwrap(), "the same entries as an unlimited read");
+        // Unbounded unless set: the whole range.
+        let mut unbounded = LogStore::open(tempfile::tempdir().unwrap().path()).unwrap();
+        append_flushed(&mut unbounded, (1..=6).map(|i| sized_entry(i, 3_000)).collect()).await;
+        assert_eq!(unbounded.limited_get_log_entries(1, 7).await.unwrap().len(), 6);
     }
 
     #[tokio::test]

@@ -7,10 +7,11 @@
 //!   stamps into the log, checked against the voters' clocks.
 //! - [`log_store`] and [`sm_store`]: openraft storage (redb log, snapshot files).
 //! - [`network`]: openraft's network over the peer port; [`append_stream`]: pipelined
-//!   replication given a Raft handle; [`forwarder`]: followers' writes to the leader, served
-//!   given only the leader's write.
-//! - [`node`]: one member's write and read paths; [`membership`]: bootstrapping, joining and
-//!   membership changes; [`rpc`]: the Raft routes of the peer port.
+//!   replication given a Raft handle; [`snapshot_stream`]: snapshots sent in pieces;
+//!   [`forwarder`]: followers' writes to the leader, served given only the leader's write.
+//! - [`node`]: one member's write and read paths, and whether it is ready ([`readiness`]:
+//!   the rule, pure); [`membership`]: bootstrapping, joining and membership changes; [`rpc`]:
+//!   the Raft routes of the peer port.
 //! - [`stores`]: the replicated `Mailbox` and `SessionStore`.
 
 pub mod append_stream;
@@ -23,8 +24,10 @@ pub mod membership;
 pub mod messages;
 pub mod network;
 pub mod node;
+pub mod readiness;
 pub mod rpc;
 pub mod sm_store;
+pub mod snapshot_stream;
 pub mod state_machine;
 pub mod stores;
 pub mod types;

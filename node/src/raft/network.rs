@@ -1,9 +1,10 @@
-//! openraft's network over the peer port: votes, snapshots and single appends as MessagePack
-//! requests, replication as pipelined streams ([`super::append_stream`]).
+//! openraft's network over the peer port: votes and single appends as MessagePack requests,
+//! replication as pipelined streams ([`super::append_stream`]), snapshots in pieces over a
+//! stream ([`super::snapshot_stream`]).
 
-use super::append_stream;
-use super::types::{Snapshot, SnapshotBlob, TypeConfig, Vote};
-use crate::peer::routes::{APPEND, SNAPSHOT, VOTE};
+use super::types::{Snapshot, TypeConfig, Vote};
+use super::{append_stream, snapshot_stream};
+use crate::peer::routes::{APPEND, VOTE};
 use crate::peer::{MIN_RPC_TIMEOUT, PeerClient, PeerError};
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -21,19 +22,31 @@ use std::time::Duration;
 pub struct NetworkFactory {
     pub client: PeerClient,
     pub streams: append_stream::Pool,
+    /// Bytes of replication requests a follower may have unanswered.
+    pub in_flight_bytes: usize,
+    /// Largest piece a snapshot is sent in.
+    pub snapshot_chunk_bytes: usize,
 }
 
 pub struct Connection {
     client: PeerClient,
     streams: append_stream::Pool,
     addr: String,
+    in_flight_bytes: usize,
+    snapshot_chunk_bytes: usize,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = Connection;
 
     async fn new_client(&mut self, _target: u64, node: &BasicNode) -> Connection {
-        Connection { client: self.client.clone(), streams: self.streams.clone(), addr: node.addr.clone() }
+        Connection {
+            client: self.client.clone(),
+            streams: self.streams.clone(),
+            addr: node.addr.clone(),
+            in_flight_bytes: self.in_flight_bytes,
+            snapshot_chunk_bytes: self.snapshot_chunk_bytes,
+        }
     }
 }
 
@@ -73,7 +86,7 @@ impl RaftNetworkV2<TypeConfig> for Connection {
     where
         S: futures::Stream<Item = AppendEntriesRequest<TypeConfig>> + openraft::OptionalSend + Unpin + 'static,
     {
-        append_stream::open(&self.client, &self.streams, &self.addr, input)
+        append_stream::open(&self.client, &self.streams, &self.addr, self.in_flight_bytes, input)
     }
 
     async fn vote(&mut self, rpc: VoteRequest<TypeConfig>, option: RPCOption) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
@@ -87,10 +100,10 @@ impl RaftNetworkV2<TypeConfig> for Connection {
         cancel: impl Future<Output = ReplicationClosed> + openraft::OptionalSend + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
-        let body = SnapshotBlob { vote: Some(vote), meta: snapshot.meta, data: snapshot.snapshot.into() };
+        let within = option.hard_ttl().max(MIN_RPC_TIMEOUT);
         tokio::select! {
             closed = cancel => Err(StreamingError::Closed(closed)),
-            reply = self.call(SNAPSHOT, &body, option.hard_ttl()) => Ok(reply?),
+            reply = snapshot_stream::transmit(&self.client, &self.addr, vote, snapshot, self.snapshot_chunk_bytes, within) => reply,
         }
     }
 }

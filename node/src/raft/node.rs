@@ -11,6 +11,7 @@ use super::forwarder::{Forwarder, LeaderWrite};
 use super::log_store::LogStore;
 use super::messages::{ForwardedWrite, ReadIndexReply, Refusal, WriteReply};
 use super::network::NetworkFactory;
+use super::readiness::{self, NotReady, RaftView};
 use super::sm_store::StateMachineStore;
 use super::state_machine::{Command, MAX_CLOCK_STEP_MS, Millis, Request, Response, WriteId};
 use super::types::TypeConfig;
@@ -18,16 +19,21 @@ use crate::clock::now_ms;
 use crate::mailbox::NodeId;
 use crate::metrics::Metrics;
 use crate::peer::PeerClient;
+use crate::peer::codec::encoded_len;
 use crate::peer::routes::{CLOCK, READ_INDEX};
 use crate::tasks::TaskSet;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use openraft::async_runtime::WatchReceiver;
 use openraft::errors::{ClientWriteError, RaftError};
-use openraft::{Config, ReadPolicy, SnapshotPolicy};
+use openraft::{Config, Instant as _, ReadPolicy, ServerState, SnapshotPolicy};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+/// Replication batches a follower may have unanswered: enough to keep it busy while the
+/// previous results travel back, few enough that it never holds much more than that.
+const IN_FLIGHT_BATCHES: usize = 4;
 
 pub struct RaftNode {
     pub id: NodeId,
@@ -48,6 +54,7 @@ impl RaftNode {
     /// Start Raft. Serve the peer port (see [`super::rpc`]) before joining the cluster
     /// ([`RaftNode::join_cluster`]): bootstrapping talks to the other members.
     pub async fn start(config: RaftNodeConfig, metrics: Arc<Metrics>) -> Result<Arc<Self>, RaftStoreError> {
+        config.check_limits().map_err(RaftStoreError::Limits)?;
         let raft_config = Config {
             cluster_name: "switchboard".into(),
             heartbeat_interval: config.heartbeat.as_millis() as u64,
@@ -62,10 +69,15 @@ impl RaftNode {
             ..Default::default()
         }
         .validate()?;
-        let log_store = LogStore::open(&config.data_dir)?;
+        let log_store = LogStore::open(&config.data_dir)?.batch_budget(config.replication_batch_bytes);
         let sm = StateMachineStore::open(&config.data_dir)?;
         let client = PeerClient::new(config.secret.clone(), config.source_ip, config.key_fingerprint.clone());
-        let network = NetworkFactory { client: client.clone(), streams: Default::default() };
+        let network = NetworkFactory {
+            client: client.clone(),
+            streams: Default::default(),
+            in_flight_bytes: IN_FLIGHT_BATCHES * config.replication_batch_bytes,
+            snapshot_chunk_bytes: config.snapshot_chunk_bytes,
+        };
         let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log_store, sm.clone())
             .await
             .map_err(|e| RaftStoreError::Fatal(Box::new(e)))?;
@@ -73,7 +85,7 @@ impl RaftNode {
             id: config.node_id,
             raft,
             sm,
-            forwarder: Forwarder::start(client.clone(), config.write_timeout),
+            forwarder: Forwarder::start(client.clone(), config.write_timeout, config.replication_batch_bytes),
             client,
             // Random start: a restarted node must not reuse serials still in the dedup window.
             serial: AtomicU64::new(rand::random::<u64>() >> 1),
@@ -97,6 +109,8 @@ impl RaftNode {
                 let Some(node) = weak.upgrade() else { return };
                 node.publish_metrics();
                 // Only the leader stamps time into the log, and only when something fell due.
+                // Bounded like every write: a leader without a quorum must not stall the ticker
+                // (and with it the metrics it publishes).
                 if node.leader_id() == Some(node.id)
                     && node.sm.read(|sm| sm.next_expiry()).is_some_and(|due| due <= node.clock.now())
                     && let Err(e) = node.write_as_leader(None, Command::Tick).await
@@ -133,6 +147,41 @@ impl RaftNode {
         self.raft.metrics().borrow_watched().current_leader
     }
 
+    /// Whether this member should take client traffic, and if not, why: it must have heard
+    /// from a quorum within [`RaftNodeConfig::ready_within`] (see [`readiness`]).
+    pub async fn readiness(&self) -> Result<(), NotReady> {
+        readiness::decide(&self.view().await, self.config.ready_within())
+    }
+
+    pub async fn is_ready(&self) -> bool {
+        self.readiness().await.is_ok()
+    }
+
+    /// What readiness is decided from. A leader's last quorum acknowledgement is in openraft's
+    /// metrics; a follower's last contact with the leader is not, so it is read from the Raft
+    /// state: the time the current vote was last renewed, which every message from the leader
+    /// it accepts (appends and heartbeats) does.
+    async fn view(&self) -> RaftView {
+        let (stopped, leader, sole_voter, quorum_acked) = {
+            let receiver = self.raft.metrics();
+            let m = receiver.borrow_watched();
+            let mut voters = m.membership_config.membership().voter_ids();
+            let sole_voter = voters.next() == Some(self.id) && voters.next().is_none();
+            let stopped = m.running_state.is_err() || m.state == ServerState::Shutdown;
+            (stopped, m.current_leader, sole_voter, m.last_quorum_acked.map(|t| t.into_inner()))
+        };
+        let since_leader_contact = match leader {
+            Some(leader) if leader != self.id => {
+                // Answered by the Raft core between two events; a core too busy to answer
+                // within the bound counts as no contact.
+                let renewed = self.raft.with_raft_state(|state| state.vote_last_modified());
+                tokio::time::timeout(self.config.election_timeout, renewed).await.ok().and_then(Result::ok).flatten().map(|t| t.elapsed())
+            }
+            _ => None,
+        };
+        RaftView { id: self.id, stopped, leader, sole_voter, since_quorum_ack: quorum_acked.map(|t| t.elapsed()), since_leader_contact }
+    }
+
     /// The leader and its peer address, as this node knows them.
     pub(super) fn leader(&self) -> Option<(NodeId, String)> {
         // Borrowed, not cloned: this runs for every write.
@@ -151,17 +200,25 @@ impl RaftNode {
     }
 
     /// Commit a command through whichever node leads, retrying across leader changes with the
-    /// same write id (so a retry of a write that did commit gets its first outcome).
+    /// same write id (so a retry of a write that did commit gets its first outcome). Every
+    /// attempt, here as leader or forwarded, is bounded by what is left of the write timeout:
+    /// a leader that lost its quorum fails the write at the timeout instead of holding it.
     pub async fn propose(&self, command: Command) -> Result<(Response, u64), RaftStoreError> {
+        let size = encoded_len(&command);
+        if size > self.config.max_entry_bytes {
+            self.metrics.limit_refused("entry_bytes");
+            tracing::debug!(size, limit = self.config.max_entry_bytes, "write refused: entry too large");
+            return Err(RaftStoreError::EntryTooLarge { size, limit: self.config.max_entry_bytes });
+        }
         let write = WriteId { origin: self.id, serial: self.serial.fetch_add(1, Ordering::Relaxed) };
         let deadline = Instant::now() + self.config.write_timeout;
         let mut backoff = Duration::from_millis(5);
         loop {
+            let remaining = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(10));
             let attempt = match self.leader() {
-                Some((id, _)) if id == self.id => self.write_as_leader(Some(write), command.clone()).await,
+                Some((id, _)) if id == self.id => self.write_here_within(Some(write), command.clone(), remaining).await,
                 Some((_, addr)) => {
                     let forwarded = ForwardedWrite { write, command: command.clone() };
-                    let remaining = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(10));
                     self.forwarder.forward(addr, forwarded, remaining).await.unwrap_or_else(|e| Err(Refusal::Unavailable(e.to_string())))
                 }
                 None => Err(Refusal::Unavailable("no leader elected".into())),
@@ -192,13 +249,16 @@ impl RaftNode {
     }
 
     /// The leader's read index: a log position covering every write committed before the call.
+    /// A leader without a quorum cannot confirm it leads: refused after the write timeout.
     pub async fn leader_read_index(&self) -> Result<u64, Refusal> {
-        match self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
-            Ok(read) => Ok(read.index()),
-            Err(e) => Err(match e.forward_to_leader() {
+        let within = self.config.write_timeout;
+        match tokio::time::timeout(within, self.raft.ensure_linearizable(ReadPolicy::ReadIndex)).await {
+            Ok(Ok(read)) => Ok(read.index()),
+            Ok(Err(e)) => Err(match e.forward_to_leader() {
                 Some(f) => Refusal::NotLeader { leader: f.leader_id.zip(f.leader_node.as_ref().map(|n| n.addr.clone())) },
                 None => Refusal::Unavailable(e.to_string()),
             }),
+            Err(_) => Err(Refusal::Unavailable(format!("no quorum confirmed the read index within {within:?}"))),
         }
     }
 
@@ -226,11 +286,29 @@ impl RaftNode {
 }
 
 impl RaftNode {
+    /// Propose on this node as leader, stamping the leader's (agreed) clock into the entry,
+    /// and give up waiting after `within`. openraft's `client_write` waits for the commit
+    /// however long it takes, and a leader cut off from its followers keeps leading (it never
+    /// hears of a newer term), so without the bound a write on it hangs until the partition
+    /// heals. The entry may still commit later (if this leader regains its quorum); a retry
+    /// with the same write id then gets its first outcome.
+    async fn write_here_within(&self, write: Option<WriteId>, command: Command, within: Duration) -> WriteReply {
+        let proposal = async {
+            let (now, clock_agreed) = self.stamp().await;
+            self.raft.client_write(Request { now, clock_agreed, write, command }).await
+        };
+        match tokio::time::timeout(within, proposal).await {
+            Ok(Ok(reply)) => Ok((reply.data, reply.log_id.index)),
+            Ok(Err(e)) => Err(self.refusal_from(e)),
+            Err(_) => Err(Refusal::Unavailable(format!("not committed by a quorum within {within:?}"))),
+        }
+    }
+
     /// The time to stamp into the next entry, and whether it is agreed (no later than the clocks
     /// of a majority of the voters): see [`super::clock`].
     async fn stamp(&self) -> (Millis, bool) {
-        if self.clock.fresh() {
-            return (self.clock.now(), true);
+        if let Some(agreed) = self.clock.agreed_now() {
+            return (agreed, true);
         }
         let now = self.clock.now();
         if now.abs_diff(self.sm.read(|sm| sm.now)) <= MAX_CLOCK_STEP_MS {
@@ -247,8 +325,8 @@ impl RaftNode {
     /// them has reached; that corrected time now, or `None` without a majority of answers.
     async fn agree_on_time(&self) -> Option<Millis> {
         let _one = self.clock.agreeing.lock().await;
-        if self.clock.fresh() {
-            return Some(self.clock.now());
+        if let Some(agreed) = self.clock.agreed_now() {
+            return Some(agreed);
         }
         let others: Vec<String> = {
             let receiver = self.raft.metrics();
@@ -280,18 +358,14 @@ impl RaftNode {
         if offset.unsigned_abs() > MAX_CLOCK_STEP_MS {
             tracing::warn!(offset_ms = offset, "this node's clock is off the voters' majority time; stamping theirs");
         }
-        Some(self.clock.now())
+        self.clock.agreed_now()
     }
 }
 
 impl LeaderWrite for RaftNode {
-    /// Propose on this node as leader, stamping the leader's (agreed) clock into the entry.
+    /// Propose on this node as leader (a forwarded write, or the ticker's), bounded by the
+    /// write timeout.
     async fn write_as_leader(&self, write: Option<WriteId>, command: Command) -> WriteReply {
-        let (now, clock_agreed) = self.stamp().await;
-        let request = Request { now, clock_agreed, write, command };
-        match self.raft.client_write(request).await {
-            Ok(reply) => Ok((reply.data, reply.log_id.index)),
-            Err(e) => Err(self.refusal_from(e)),
-        }
+        self.write_here_within(write, command, self.config.write_timeout).await
     }
 }

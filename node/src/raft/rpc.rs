@@ -1,12 +1,11 @@
-//! The Raft routes of the peer port: votes, appends, snapshots, and the replication and
+//! The Raft routes of the peer port: votes, appends, and the replication, snapshot and
 //! forwarded-write streams, plus the leader's read index. Bodies are MessagePack; one that does
 //! not decode is answered 400 and touches nothing. Authentication wraps every peer route
 //! (see [`crate::peer::authenticated`]).
 
 use super::messages::ReadIndexReply;
-use super::state_machine::StateMachine;
-use super::types::{Snapshot, SnapshotBlob, TypeConfig, decode, encode};
-use super::{RaftNode, append_stream, forwarder};
+use super::types::{TypeConfig, decode, encode};
+use super::{RaftNode, append_stream, forwarder, snapshot_stream};
 use crate::peer::routes::{APPEND, APPEND_STREAM, CLOCK, READ_INDEX, SNAPSHOT, VOTE, WRITE_STREAM};
 use axum::Router;
 use axum::body::Bytes;
@@ -14,7 +13,6 @@ use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use openraft::errors::RaftError;
 use openraft::raft::{AppendEntriesRequest, VoteRequest};
 use std::sync::Arc;
 
@@ -64,21 +62,12 @@ async fn vote(State(node): Node, bytes: Bytes) -> Response {
     msgpack(&node.raft.vote(rpc).await)
 }
 
-async fn snapshot(State(node): Node, bytes: Bytes) -> Response {
-    let SnapshotBlob { vote, meta, data } = match body(&bytes, "snapshot") {
-        Ok(parts) => parts,
-        Err(r) => return r,
-    };
-    let Some(vote) = vote else {
-        return (StatusCode::BAD_REQUEST, "snapshot without the leader's vote").into_response();
-    };
-    // Refuse a snapshot that does not decode before handing it to Raft.
-    if decode::<StateMachine>(&data).is_err() {
-        return (StatusCode::BAD_REQUEST, "malformed snapshot data").into_response();
-    }
-    let reply =
-        node.raft.install_full_snapshot(vote, Snapshot { meta, snapshot: data.into_owned() }).await.map_err(RaftError::<TypeConfig>::Fatal);
-    msgpack(&reply)
+/// Switch to a stream carrying one snapshot in pieces (see [`snapshot_stream`]).
+async fn snapshot(State(node): Node, request: Request) -> Response {
+    let (raft, metrics) = (node.raft.clone(), node.metrics.clone());
+    crate::peer::stream::accept(&node.tasks, &node.metrics, request, snapshot_stream::PROTOCOL, move |io| {
+        snapshot_stream::serve(raft, metrics, io)
+    })
 }
 
 /// Switch to a stream of forwarded writes (see [`forwarder`]).

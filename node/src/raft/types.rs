@@ -31,18 +31,21 @@ pub fn io_error(e: impl std::error::Error + Send + Sync + 'static) -> std::io::E
     std::io::Error::other(e)
 }
 
-/// A snapshot in its file and on its way to a follower. The state travels as one MessagePack
-/// binary: serde would otherwise write a byte vector as an array of integers, one per byte.
+/// A snapshot in its file (a follower is sent it in pieces: see `super::snapshot_stream`). The
+/// state is one MessagePack binary: serde would otherwise write a byte vector as an array of
+/// integers, one per byte.
 #[derive(Serialize, serde::Deserialize)]
 pub struct SnapshotBlob<'a> {
-    /// Set when sent to a follower: the leader's vote.
+    /// Always `None`: it carried the leader's vote when snapshots were sent whole; kept so the
+    /// file format does not change.
     pub vote: Option<Vote>,
     pub meta: SnapshotMeta,
     #[serde(borrow, with = "blob")]
     pub data: std::borrow::Cow<'a, [u8]>,
 }
 
-mod blob {
+/// Serde for byte data as one MessagePack binary.
+pub(crate) mod blob {
     use serde::{Deserializer, Serializer, de};
     use std::borrow::Cow;
 

@@ -7,8 +7,8 @@ use crate::protocol::jsonrpc::Message;
 use crate::session::SessionRecord;
 
 /// What became of a client's answer. Only [`AnswerOutcome::Unavailable`] is the server's
-/// fault; the others are final and the client is not told which (the spec has the server
-/// accept any response).
+/// fault; [`AnswerOutcome::TooLarge`] is the client's to fix; the others are final and the
+/// client is not told which (the spec has the server accept any response).
 #[derive(Debug)]
 pub enum AnswerOutcome {
     /// Committed: it reaches the waiting handler while its owner lives.
@@ -18,6 +18,10 @@ pub enum AnswerOutcome {
     /// The delivery could not be committed (no quorum, write timeout): nothing was stored, and
     /// the same answer sent again may still be delivered.
     Unavailable(MailboxError),
+    /// Larger than the cluster replicates (`--max-entry-bytes`): refused before it was
+    /// proposed, nothing stored; the handler still waits, and a smaller answer to the same
+    /// request may still be delivered.
+    TooLarge { size: usize, limit: usize },
 }
 
 impl Server {
@@ -50,6 +54,10 @@ impl Server {
                 tracing::info!(%key, session = %session.id, outcome = outcome.label(), "client answer dropped");
                 metrics.orphan(outcome.label());
                 AnswerOutcome::Dropped(outcome.label())
+            }
+            Err(MailboxError::TooLarge { size, limit }) => {
+                tracing::info!(%key, session = %session.id, size, limit, "client answer refused: too large to replicate");
+                AnswerOutcome::TooLarge { size, limit }
             }
             Err(e) => {
                 tracing::warn!(%key, error = %e, "client answer not committed; the client is told to retry");

@@ -1,6 +1,6 @@
 //! Answering each client method: lists, tool calls, prompts, resources, completions, logging.
 
-use super::handle::Server;
+use super::handle::{Server, store_error};
 use super::{HandlerError, RequestContext, paginate};
 use crate::protocol::jsonrpc::{ErrorObject, INVALID_PARAMS, LIMIT_REACHED, RESOURCE_NOT_FOUND};
 use crate::protocol::types::{CallToolResult, LogLevel};
@@ -76,7 +76,7 @@ impl Server {
                 let level: LogLevel = serde_json::from_value(params.get("level").cloned().unwrap_or(Value::Null))
                     .map_err(|e| ErrorObject::invalid_params(format!("invalid level: {e}")))?;
                 *self.local(&ctx.session().id).log_level.lock().unwrap() = Some(level);
-                self.inner.sessions.set_log_level(&ctx.session().id, level).await.map_err(|e| ErrorObject::internal(e.to_string()))?;
+                self.inner.sessions.set_log_level(&ctx.session().id, level).await.map_err(store_error)?;
                 Ok(json!({}))
             }
             other => Err(ErrorObject::method_not_found(other)),
@@ -110,7 +110,7 @@ impl Server {
                 };
                 Err(ErrorObject::new(code, limit.to_string()).with_data(json!({"limit": limit.label(), "max": limit.max()})))
             }
-            Err(e) => Err(ErrorObject::internal(e.to_string())),
+            Err(e) => Err(store_error(e)),
         }
     }
 

@@ -77,6 +77,7 @@ impl InitializeError {
             InitializeError::TooManySessions { limit } => {
                 ErrorObject::new(LIMIT_REACHED, self.to_string()).with_data(json!({"limit": "sessions", "max": limit}))
             }
+            InitializeError::Store(e @ SessionError::TooLarge { .. }) => ErrorObject::invalid_params(e.to_string()),
             InitializeError::Store(_) => ErrorObject::internal(self.to_string()),
         }
     }
@@ -90,6 +91,15 @@ pub enum SessionLookupError {
     NotFound,
     #[error(transparent)]
     Store(#[from] SessionError),
+}
+
+/// A session store failure as the client sees it: data too large to replicate is the client's
+/// to fix (invalid params); anything else is the server's (internal error).
+pub(super) fn store_error(e: SessionError) -> ErrorObject {
+    match e {
+        SessionError::TooLarge { .. } => ErrorObject::invalid_params(e.to_string()),
+        SessionError::Limit(_) | SessionError::Unavailable(_) => ErrorObject::internal(e.to_string()),
+    }
 }
 
 impl Server {

@@ -114,6 +114,9 @@ pub enum SessionError {
     Unavailable(#[source] crate::mailbox::BoxError),
     #[error(transparent)]
     Limit(#[from] LimitReached),
+    /// The record or change is larger than the store replicates; nothing was written.
+    #[error("session data too large to replicate: {size} bytes, at most {limit}")]
+    TooLarge { size: usize, limit: usize },
 }
 
 #[async_trait]

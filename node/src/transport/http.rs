@@ -289,6 +289,10 @@ async fn post(State(state): State<Shared>, headers: HeaderMap, body: Result<Byte
                     response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
                     response
                 }
+                AnswerOutcome::TooLarge { size, limit } => http_error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("answer too large to deliver: {size} bytes, at most {limit}; nothing was delivered"),
+                ),
             }
         }
         Message::Request { id, method, params } => {

@@ -135,7 +135,7 @@ pub fn container(target: &Target, settings: &Settings, rollout: Rollout) -> Cont
         args: Some(vec!["serve".into()]),
         env: Some(container_env(target, settings, rollout)),
         ports: Some(vec![container_port("mcp", MCP_PORT), container_port("peer", PEER_PORT), container_port("metrics", METRICS_PORT)]),
-        // Ready once the member knows a leader; restarted only when the process stops answering.
+        // Ready while the member hears from a quorum; restarted only when the process stops answering.
         readiness_probe: Some(probe("/readyz", 5, 3)),
         liveness_probe: Some(probe("/healthz", 10, 6)),
         resources: spec.resources.clone(),
