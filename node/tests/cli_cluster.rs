@@ -1,6 +1,9 @@
 //! Real `switchboard serve` processes forming a cluster from their flags, a fourth joining with
 //! `--join`, inspected with `switchboard cluster status`, and a restart from the data directory.
 
+mod common;
+
+use common::free_port;
 use serde_json::Value;
 use std::path::Path;
 use std::process::Stdio;
@@ -8,21 +11,6 @@ use std::time::Duration;
 use tokio::process::{Child, Command};
 
 const BIN: &str = env!("CARGO_BIN_EXE_switchboard");
-
-/// A port that is free now and stays free until the child binds it: taken below Linux's
-/// ephemeral range (32768+), so no outgoing connection of this or another test takes it
-/// meanwhile, and never handed out twice.
-fn free_port() -> u16 {
-    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    loop {
-        let port = 20_000 + rand::random::<u16>() % 12_000;
-        let mut given = GIVEN.lock().unwrap();
-        if !given.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            given.push(port);
-            return port;
-        }
-    }
-}
 
 struct Node {
     child: Child,

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::RawClient;
+use common::{RawClient, free_port};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -30,19 +30,6 @@ fn libfaketime() -> PathBuf {
         "libfaketime.so.1 not found: this test shifts one node's clock with it. Install Debian's faketime package \
          (apt-get install faketime); scripts/test.sh installs it",
     )
-}
-
-/// A port below the ephemeral range, never handed out twice (as in cli_cluster.rs).
-fn free_port() -> u16 {
-    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    loop {
-        let port = 20_000 + rand::random::<u16>() % 12_000;
-        let mut given = GIVEN.lock().unwrap();
-        if !given.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            given.push(port);
-            return port;
-        }
-    }
 }
 
 struct Node {

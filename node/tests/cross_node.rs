@@ -4,7 +4,7 @@
 mod common;
 
 use common::cluster::{McpServerFor, TestCluster};
-use common::{RawClient, countdown_broken_after, data, progress_values, read_events};
+use common::{RawClient, countdown_broken_after, data, progress_values, read_events, read_until_request};
 use serde_json::json;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -86,12 +86,8 @@ async fn an_answer_to_another_node_wakes_the_tool_on_its_owner() {
     let mut res = client.post(call.to_string()).send().await.unwrap();
     assert_eq!(res.headers()["x-switchboard-node"], "0");
     let mut buffer = String::new();
-    let request = loop {
-        let events = read_events(&mut res, 1, &mut buffer).await;
-        if let Some(m) = data(&events).into_iter().find(|m| m["method"] == "elicitation/create") {
-            break m;
-        }
-    };
+    let request = read_until_request(&mut res, &mut buffer).await;
+    assert_eq!(request["method"], "elicitation/create");
     let answer = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"action": "accept", "content": {"confirm": true}}});
     let res2 = on(&client, &cluster, 2).post(answer.to_string()).send().await.unwrap();
     assert_eq!(res2.status(), 202);
@@ -119,12 +115,8 @@ async fn an_answer_that_cannot_be_committed_gets_a_retryable_503_and_its_retry_d
     let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "confirm", "arguments": {"action": "ship"}}});
     let mut res = client.post(call.to_string()).send().await.unwrap();
     let mut buffer = String::new();
-    let request = loop {
-        let events = read_events(&mut res, 1, &mut buffer).await;
-        if let Some(m) = data(&events).into_iter().find(|m| m["method"] == "elicitation/create") {
-            break m;
-        }
-    };
+    let request = read_until_request(&mut res, &mut buffer).await;
+    assert_eq!(request["method"], "elicitation/create");
     let answer = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"action": "accept", "content": {"confirm": true}}});
     // The replica the answer reaches can no longer commit anything.
     cluster.raft.partition(cut);
@@ -239,12 +231,8 @@ async fn what_is_too_large_to_replicate_is_refused_to_the_client_and_changes_not
     let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "confirm", "arguments": {"action": "ship"}}});
     let mut res = client.post(call.to_string()).send().await.unwrap();
     let mut buffer = String::new();
-    let request = loop {
-        let events = read_events(&mut res, 1, &mut buffer).await;
-        if let Some(m) = data(&events).into_iter().find(|m| m["method"] == "elicitation/create") {
-            break m;
-        }
-    };
+    let request = read_until_request(&mut res, &mut buffer).await;
+    assert_eq!(request["method"], "elicitation/create");
     let pending = pending_mailboxes(&cluster);
     let big = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"action": "accept",
         "content": {"confirm": true}, "_meta": {"pad": "x".repeat(LIMIT)}}});

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{ACCEPT_BOTH, RawClient, parse_sse, read_events, start, start_default};
+use common::{ACCEPT_BOTH, RawClient, parse_sse, read_events, read_until_request, start, start_default};
 use serde_json::{Value, json};
 use std::time::Duration;
 use switchboard_node::protocol::jsonrpc::RequestId;
@@ -222,19 +222,6 @@ async fn notifications_and_client_responses_get_202_without_body() {
 }
 
 /// Read a tools/call SSE stream up to the server-to-client request it carries.
-async fn read_until_request(res: &mut reqwest::Response, buffer: &mut String) -> Value {
-    loop {
-        for event in read_events(res, 1, buffer).await {
-            if event.data.is_empty() {
-                continue;
-            }
-            let message: Value = serde_json::from_str(&event.data).unwrap();
-            if message.get("method").is_some() && message.get("id").is_some() {
-                return message;
-            }
-        }
-    }
-}
 
 #[tokio::test]
 async fn forged_and_cross_session_answers_are_dropped_and_the_real_one_wins() {

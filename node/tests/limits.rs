@@ -5,7 +5,7 @@
 mod common;
 
 use common::cluster::{McpServerFor, SECRET, TestCluster};
-use common::{RawClient, data, read_events};
+use common::{RawClient, data, read_events, read_until_request};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -251,12 +251,9 @@ async fn park(client: &RawClient, id: i64) -> (reqwest::Response, String, Value)
     let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "confirm", "arguments": {"action": "x"}}});
     let mut res = client.post(call.to_string()).send().await.unwrap();
     let mut buffer = String::new();
-    loop {
-        let events = read_events(&mut res, 1, &mut buffer).await;
-        if let Some(request) = data(&events).into_iter().find(|m| m["method"] == "elicitation/create") {
-            return (res, buffer, request);
-        }
-    }
+    let request = read_until_request(&mut res, &mut buffer).await;
+    assert_eq!(request["method"], "elicitation/create");
+    (res, buffer, request)
 }
 
 #[tokio::test]

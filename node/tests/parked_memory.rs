@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{RawClient, data, read_events};
+use common::{RawClient, free_port, read_events, read_until_request};
 use serde_json::{Value, json};
 use std::process::Stdio;
 use std::time::Duration;
@@ -17,10 +17,6 @@ use tokio::process::{Child, Command};
 const BIN: &str = env!("CARGO_BIN_EXE_switchboard");
 const ARGUMENT_BYTES: usize = 1 << 20;
 const PARKED: usize = 8;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 fn rss_bytes(child: &Child) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{}/status", child.id().unwrap())).unwrap();
@@ -58,12 +54,9 @@ async fn park(client: &RawClient, id: i64, action: &str) -> (reqwest::Response, 
     let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "confirm", "arguments": {"action": action}}});
     let mut res = client.post(call.to_string()).send().await.unwrap();
     let mut buffer = String::new();
-    loop {
-        let events = read_events(&mut res, 1, &mut buffer).await;
-        if let Some(request) = data(&events).into_iter().find(|m| m["method"] == "elicitation/create") {
-            return (res, request["id"].clone());
-        }
-    }
+    let request = read_until_request(&mut res, &mut buffer).await;
+    assert_eq!(request["method"], "elicitation/create");
+    (res, request["id"].clone())
 }
 
 #[tokio::test]

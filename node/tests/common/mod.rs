@@ -16,6 +16,21 @@ use switchboard_node::tools::ToolSet;
 use switchboard_node::transport::http::{self, HttpConfig};
 use tokio::sync::oneshot;
 
+/// A port that is free now and stays free until a child process binds it: taken below Linux's
+/// ephemeral range (32768+), so no outgoing connection of this or another test takes it
+/// meanwhile, and never handed out twice in one test binary.
+pub fn free_port() -> u16 {
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let port = 20_000 + rand::random::<u16>() % 12_000;
+        let mut given = GIVEN.lock().unwrap();
+        if !given.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.push(port);
+            return port;
+        }
+    }
+}
+
 pub struct TestServer {
     pub addr: SocketAddr,
     pub url: String,
@@ -218,4 +233,20 @@ fn nth_block_end(text: &str, n: usize) -> Option<usize> {
         }
     }
     None
+}
+
+/// Read an SSE response until the server sends a request of its own (`elicitation/create`,
+/// `sampling/createMessage`, ...); that request.
+pub async fn read_until_request(res: &mut reqwest::Response, buffer: &mut String) -> Value {
+    loop {
+        for event in read_events(res, 1, buffer).await {
+            if event.data.is_empty() {
+                continue;
+            }
+            let message: Value = serde_json::from_str(&event.data).unwrap();
+            if message.get("method").is_some() && message.get("id").is_some() {
+                return message;
+            }
+        }
+    }
 }
