@@ -49,6 +49,11 @@ pub struct ClusterStatus {
     pub last_applied_index: Option<u64>,
     /// Leader only: entries each member is behind the leader's log.
     pub replication_lag: BTreeMap<u64, u64>,
+    /// Leader only: milliseconds since each member last acknowledged the leader (a heartbeat or
+    /// an append). An idle cluster keeps a dead member's lag at 0; this tells it apart. Absent
+    /// for a member never heard from.
+    #[serde(default)]
+    pub last_contact_ms: BTreeMap<u64, u64>,
     pub pending_mailboxes: usize,
     pub sessions: usize,
 }
@@ -100,8 +105,17 @@ mod tests {
             "members": {"0": "a:7070", "1": "b:7070", "2": "c:7070", "3": "d:7070"},
             "last_log_index": 42, "committed_index": 42, "last_applied_index": 41,
             "replication_lag": {"0": 0, "1": 0, "2": 7, "3": 500},
+            "last_contact_ms": {"1": 40, "2": 60},
             "pending_mailboxes": 2, "sessions": 5
         })
+    }
+
+    #[test]
+    fn a_status_from_a_node_without_last_contact_still_reads() {
+        let mut older = served();
+        older.as_object_mut().unwrap().remove("last_contact_ms");
+        let status: ClusterStatus = serde_json::from_value(older).unwrap();
+        assert!(status.last_contact_ms.is_empty());
     }
 
     #[test]

@@ -483,13 +483,19 @@ fn status_table(status: &ClusterStatus) -> String {
         status.last_applied_index.map_or("-".into(), |i| i.to_string()),
     );
     let width = status.members.values().map(String::len).max().unwrap_or(7).max(7);
-    out.push_str(&format!("{:<4} {:<8} {:<width$} {:<6} {}\n", "ID", "ROLE", "ADDRESS", "LEADER", "LAG"));
+    out.push_str(&format!("{:<4} {:<8} {:<width$} {:<6} {:<6} {}\n", "ID", "ROLE", "ADDRESS", "LEADER", "LAG", "LAST CONTACT"));
     for (id, addr) in &status.members {
         let role = if status.voters.contains(id) { "voter" } else { "learner" };
         let is_leader = if status.leader == Some(*id) { "*" } else { "" };
         // Only the leader tracks replication; another member's view has no lag figures.
         let lag = status.replication_lag.get(id).map_or("-".to_string(), |l| l.to_string());
-        out.push_str(&format!("{id:<4} {role:<8} {addr:<width$} {is_leader:<6} {lag}\n"));
+        let contact = match status.last_contact_ms.get(id) {
+            _ if status.leader == Some(*id) => "-".to_string(),
+            Some(ms) => format!("{ms}ms ago"),
+            None if status.leader == Some(status.node_id) => "never".to_string(),
+            None => "-".to_string(),
+        };
+        out.push_str(&format!("{id:<4} {role:<8} {addr:<width$} {is_leader:<6} {lag:<6} {contact}\n"));
     }
     out
 }
@@ -638,6 +644,7 @@ mod tests {
             committed_index: Some(42),
             last_applied_index: Some(41),
             replication_lag: [(1, 0), (2, 17)].into(),
+            last_contact_ms: [(1, 40)].into(),
             ..Default::default()
         };
         let table = status_table(&status);
@@ -645,9 +652,10 @@ mod tests {
         assert_eq!(lines[0], "node 0 sees: leader 0, term 3, committed 42, applied 41");
         assert_eq!(lines.len(), 5, "{table}");
         let row = |i: usize| lines[i].split_whitespace().collect::<Vec<_>>();
-        assert_eq!(row(2), ["0", "voter", "a:7070", "*", "-"]);
-        assert_eq!(row(3), ["1", "voter", "b:7070", "0"]);
-        assert_eq!(row(4), ["2", "learner", "c:7070", "17"]);
+        assert_eq!(row(1), ["ID", "ROLE", "ADDRESS", "LEADER", "LAG", "LAST", "CONTACT"]);
+        assert_eq!(row(2), ["0", "voter", "a:7070", "*", "-", "-"]);
+        assert_eq!(row(3), ["1", "voter", "b:7070", "0", "40ms", "ago"]);
+        assert_eq!(row(4), ["2", "learner", "c:7070", "17", "never"]);
     }
 
     #[test]

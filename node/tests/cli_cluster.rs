@@ -99,7 +99,7 @@ async fn processes_form_a_cluster_a_node_joins_and_one_restarts() {
     let table = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = table.lines().collect();
     assert!(lines[0].starts_with("node 0 sees: leader "), "{table}");
-    assert_eq!(lines[1].split_whitespace().collect::<Vec<_>>(), ["ID", "ROLE", "ADDRESS", "LEADER", "LAG"], "{table}");
+    assert_eq!(lines[1].split_whitespace().collect::<Vec<_>>(), ["ID", "ROLE", "ADDRESS", "LEADER", "LAG", "LAST", "CONTACT"], "{table}");
     assert_eq!(lines.len(), 2 + 4, "four members: {table}");
     assert_eq!(lines[2..].iter().filter(|l| l.split_whitespace().nth(3) == Some("*")).count(), 1, "one leader: {table}");
 

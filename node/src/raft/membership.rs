@@ -6,6 +6,7 @@ use super::config::Membership;
 use super::error::RaftStoreError;
 use crate::mailbox::NodeId;
 use crate::peer::routes::{JOIN, STATUS};
+use openraft::Instant as _;
 use openraft::async_runtime::WatchReceiver;
 use openraft::errors::RaftError;
 use openraft::{BasicNode, ChangeMembers, ServerState};
@@ -88,6 +89,11 @@ impl RaftNode {
             .as_ref()
             .map(|r| r.iter().map(|(id, matched)| (*id, last.saturating_sub(matched.map(|l| l.index).unwrap_or(0)))).collect())
             .unwrap_or_default();
+        let last_contact_ms = m
+            .heartbeat
+            .as_ref()
+            .map(|acked| acked.iter().filter_map(|(id, at)| Some((*id, at.as_ref()?.into_inner().elapsed().as_millis() as u64))).collect())
+            .unwrap_or_default();
         let (pending_mailboxes, sessions) = self.sm.read(|sm| (sm.pending_mailboxes(), sm.sessions.len()));
         ClusterStatus {
             node_id: self.id,
@@ -101,6 +107,7 @@ impl RaftNode {
             committed_index: m.local_committed.map(|id| id.index),
             last_applied_index: m.last_applied.map(|id| id.index),
             replication_lag,
+            last_contact_ms,
             pending_mailboxes,
             sessions,
         }
