@@ -146,9 +146,25 @@ impl Node {
 }
 
 fn common_args() -> Vec<String> {
-    ["--tools", "default", "--elicitation-timeout", ELICITATION_TIMEOUT, "--sampling-timeout", ELICITATION_TIMEOUT, "--log-format", "json"]
-        .map(String::from)
-        .to_vec()
+    // The memory section parks 2 x PARKED calls on one node over PARK_SESSIONS sessions: more
+    // than the default request limits allow, on purpose.
+    let per_session = (2 * PARKED / PARK_SESSIONS + 1).to_string();
+    let per_node = (2 * PARKED + CONCURRENCY + 1).to_string();
+    let args = [
+        "--tools",
+        "default",
+        "--elicitation-timeout",
+        ELICITATION_TIMEOUT,
+        "--sampling-timeout",
+        ELICITATION_TIMEOUT,
+        "--log-format",
+        "json",
+        "--max-requests-per-session",
+        &per_session,
+        "--max-requests-per-node",
+        &per_node,
+    ];
+    args.map(String::from).to_vec()
 }
 
 /// `size` Raft members with `--peers` (or one lone Raft member for `size` 1), as tests/e2e/cluster.py runs them.
