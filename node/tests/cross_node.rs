@@ -4,7 +4,7 @@
 mod common;
 
 use common::cluster::{McpServerFor, TestCluster};
-use common::{RawClient, countdown_broken_after, data, progress_values, read_events, read_until_request};
+use common::{RawClient, countdown_broken_after, data, park_confirm, progress_values, read_events};
 use serde_json::json;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -82,12 +82,8 @@ async fn an_answer_to_another_node_wakes_the_tool_on_its_owner() {
     let mut cluster = start().await;
     let mut client = RawClient::new(&cluster.urls[0]);
     client.initialize().await;
-    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "confirm", "arguments": {"action": "ship"}}});
-    let mut res = client.post(call.to_string()).send().await.unwrap();
+    let (mut res, mut buffer, request) = park_confirm(&client, 1, "ship").await;
     assert_eq!(res.headers()["x-switchboard-node"], "0");
-    let mut buffer = String::new();
-    let request = read_until_request(&mut res, &mut buffer).await;
-    assert_eq!(request["method"], "elicitation/create");
     let answer = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"action": "accept", "content": {"confirm": true}}});
     let res2 = on(&client, &cluster, 2).post(answer.to_string()).send().await.unwrap();
     assert_eq!(res2.status(), 202);
@@ -112,11 +108,7 @@ async fn an_answer_that_cannot_be_committed_gets_a_retryable_503_and_its_retry_d
     };
     let mut client = RawClient::new(&cluster.urls[owner]);
     client.initialize().await;
-    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "confirm", "arguments": {"action": "ship"}}});
-    let mut res = client.post(call.to_string()).send().await.unwrap();
-    let mut buffer = String::new();
-    let request = read_until_request(&mut res, &mut buffer).await;
-    assert_eq!(request["method"], "elicitation/create");
+    let (mut res, mut buffer, request) = park_confirm(&client, 1, "ship").await;
     let answer = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"action": "accept", "content": {"confirm": true}}});
     // The replica the answer reaches can no longer commit anything.
     cluster.raft.partition(cut);
@@ -228,11 +220,7 @@ async fn what_is_too_large_to_replicate_is_refused_to_the_client_and_changes_not
     // An answer over the limit: 413 from the node it reached, nothing delivered; the handler
     // still waits, and a smaller answer to the same request is delivered.
     client.initialize().await;
-    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "confirm", "arguments": {"action": "ship"}}});
-    let mut res = client.post(call.to_string()).send().await.unwrap();
-    let mut buffer = String::new();
-    let request = read_until_request(&mut res, &mut buffer).await;
-    assert_eq!(request["method"], "elicitation/create");
+    let (mut res, mut buffer, request) = park_confirm(&client, 1, "ship").await;
     let pending = pending_mailboxes(&cluster);
     let big = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"action": "accept",
         "content": {"confirm": true}, "_meta": {"pad": "x".repeat(LIMIT)}}});

@@ -5,7 +5,7 @@
 mod common;
 
 use common::cluster::{McpServerFor, SECRET, TestCluster};
-use common::{RawClient, data, read_events, read_until_request};
+use common::{RawClient, data, park_confirm, read_events};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -248,12 +248,7 @@ async fn concurrent_initializes_through_every_replica_never_overshoot_the_limit(
 
 /// Call `confirm` and read its stream until the `elicitation/create` it parks on.
 async fn park(client: &RawClient, id: i64) -> (reqwest::Response, String, Value) {
-    let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "confirm", "arguments": {"action": "x"}}});
-    let mut res = client.post(call.to_string()).send().await.unwrap();
-    let mut buffer = String::new();
-    let request = read_until_request(&mut res, &mut buffer).await;
-    assert_eq!(request["method"], "elicitation/create");
-    (res, buffer, request)
+    park_confirm(client, id, "x").await
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{RawClient, free_port, read_events, read_until_request};
+use common::{RawClient, free_port, park_confirm, read_events};
 use serde_json::{Value, json};
 use std::process::Stdio;
 use std::time::Duration;
@@ -51,11 +51,7 @@ async fn serve(dir: &std::path::Path) -> (Child, String) {
 /// Call `confirm` with `action` and read its stream until the `elicitation/create` it parks on;
 /// the response stays open (the call stays parked). Returns the response and the request's id.
 async fn park(client: &RawClient, id: i64, action: &str) -> (reqwest::Response, Value) {
-    let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "confirm", "arguments": {"action": action}}});
-    let mut res = client.post(call.to_string()).send().await.unwrap();
-    let mut buffer = String::new();
-    let request = read_until_request(&mut res, &mut buffer).await;
-    assert_eq!(request["method"], "elicitation/create");
+    let (res, _, request) = park_confirm(client, id, action).await;
     (res, request["id"].clone())
 }
 

@@ -250,3 +250,14 @@ pub async fn read_until_request(res: &mut reqwest::Response, buffer: &mut String
         }
     }
 }
+
+/// Call the stock `confirm` tool (form elicitation) as request `id`, and read its stream until
+/// the `elicitation/create` it parks on: the stream (to read on), its buffer, and that request.
+pub async fn park_confirm(client: &RawClient, id: i64, action: &str) -> (reqwest::Response, String, Value) {
+    let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "confirm", "arguments": {"action": action}}});
+    let mut res = client.post(call.to_string()).send().await.unwrap();
+    let mut buffer = String::new();
+    let request = read_until_request(&mut res, &mut buffer).await;
+    assert_eq!(request["method"], "elicitation/create");
+    (res, buffer, request)
+}
