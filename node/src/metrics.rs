@@ -66,6 +66,14 @@ pub struct Metrics {
     answers_delivered: Counter,
     limit_refusals: Family<Limit, Counter>,
     snapshot_chunks_received: Counter,
+    mrtr_parked: Gauge,
+    mrtr_rounds: Family<Outcome, Counter>,
+    mrtr_rejected: Family<Reason, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Outcome {
+    outcome: &'static str,
 }
 
 impl Default for Metrics {
@@ -123,7 +131,28 @@ impl Metrics {
             "Pieces of snapshots received from the leader",
             snapshot_chunks_received.clone(),
         );
+        let mrtr_parked = Gauge::default();
+        registry.register(
+            "mrtr_parked_calls",
+            "2026-07-28 calls parked on this node waiting for the client's retry (input_required answered)",
+            mrtr_parked.clone(),
+        );
+        let mrtr_rounds = Family::<Outcome, Counter>::default();
+        registry.register(
+            "mrtr_rounds",
+            "Rounds of 2026-07-28 multi-round-trip calls run here, by how they ended (input_required, complete, error, abandoned: no retry came in time)",
+            mrtr_rounds.clone(),
+        );
+        let mrtr_rejected = Family::<Reason, Counter>::default();
+        registry.register(
+            "mrtr_state_rejected",
+            "Retries refused, by reason (tampered, expired, wrong_call, consumed, malformed, owner_lost)",
+            mrtr_rejected.clone(),
+        );
         Metrics {
+            mrtr_parked,
+            mrtr_rounds,
+            mrtr_rejected,
             registry: Mutex::new(registry),
             outcomes,
             wait_seconds,
@@ -143,6 +172,33 @@ impl Metrics {
             limit_refusals,
             snapshot_chunks_received,
         }
+    }
+
+    /// A 2026-07-28 call parked (`+1`) or resumed or given up (`-1`).
+    pub fn mrtr_parked(&self, delta: i64) {
+        self.mrtr_parked.inc_by(delta);
+    }
+
+    pub fn mrtr_parked_count(&self) -> i64 {
+        self.mrtr_parked.get()
+    }
+
+    /// A round of a multi-round-trip call ended: `input_required`, `complete`, `error`, `abandoned`.
+    pub fn mrtr_round(&self, outcome: &'static str) {
+        self.mrtr_rounds.get_or_create(&Outcome { outcome }).inc();
+    }
+
+    pub fn mrtr_round_count(&self, outcome: &'static str) -> u64 {
+        self.mrtr_rounds.get_or_create(&Outcome { outcome }).get()
+    }
+
+    /// A retry refused before it reached the call.
+    pub fn mrtr_rejected(&self, reason: &'static str) {
+        self.mrtr_rejected.get_or_create(&Reason { reason }).inc();
+    }
+
+    pub fn mrtr_rejected_count(&self, reason: &'static str) -> u64 {
+        self.mrtr_rejected.get_or_create(&Reason { reason }).get()
     }
 
     pub fn snapshot_chunk_received(&self) {

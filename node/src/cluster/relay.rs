@@ -1,6 +1,7 @@
 //! What the MCP layer asks of the other replicas, over the peer port: the rest of an SSE stream
 //! another node owns (for `Last-Event-ID` resumption), cancellation of a request another node
-//! runs, and notifications for standalone streams. [`PeerLink`] is the asking side, [`router`]
+//! runs, notifications for standalone streams, and whether a 2026-07-28 call still runs on
+//! its owner. [`PeerLink`] is the asking side, [`router`]
 //! the answering one.
 //!
 //! Streams are relayed, not replicated: a stream's events exist only on the node whose handler
@@ -8,10 +9,10 @@
 //! would put each progress notification on the write path of the whole cluster.
 
 use crate::peer::codec::encode;
-use crate::peer::routes::{CANCEL, NOTIFY, RESUME};
+use crate::peer::routes::{CANCEL, MRTR_CALL, NOTIFY, RESUME};
 use crate::protocol::jsonrpc::RequestId;
 use crate::raft::RaftNode;
-use crate::raft::rpc::body;
+use crate::raft::rpc::{body, msgpack};
 use crate::server::{ClusterLink, Notice};
 use crate::session::SessionId;
 use crate::transport::http::Endpoint;
@@ -23,6 +24,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use futures::TryStreamExt;
+use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::sync::{Arc, Weak};
@@ -39,6 +41,16 @@ pub struct CancelRequest {
     pub session: SessionId,
     pub request: RequestId,
 }
+
+/// Asks the owner of a 2026-07-28 call whether it still runs there (and to cancel it).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct CallStateRequest {
+    pub call: u128,
+    pub cancel: bool,
+}
+
+/// How long a replica waits for the owner of a call to say whether it still runs it.
+const CALL_STATE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The other replicas, as seen from this one.
 pub struct PeerLink {
@@ -91,11 +103,26 @@ impl ClusterLink for PeerLink {
     fn notify_elsewhere(&self, notice: &Notice) {
         self.broadcast(NOTIFY, encode(notice));
     }
+
+    fn call_state(&self, owner: u64, call: u128, cancel: bool) -> BoxFuture<'static, Result<bool, String>> {
+        let node = self.node.upgrade();
+        Box::pin(async move {
+            let node = node.ok_or("this node is shutting down")?;
+            let addr = node.status().members.get(&owner).cloned().ok_or_else(|| format!("node {owner} is not a member"))?;
+            let request = CallStateRequest { call, cancel };
+            node.client.rpc::<_, bool>(&addr, MRTR_CALL, &request, CALL_STATE_TIMEOUT).await.map_err(|e| e.to_string())
+        })
+    }
 }
 
 /// The relay routes, answered by this node's MCP endpoint.
 pub fn router(endpoint: Arc<Endpoint>) -> Router {
-    Router::new().route(RESUME, post(resume)).route(CANCEL, post(cancel)).route(NOTIFY, post(notify)).with_state(endpoint)
+    Router::new()
+        .route(RESUME, post(resume))
+        .route(CANCEL, post(cancel))
+        .route(NOTIFY, post(notify))
+        .route(MRTR_CALL, post(call_state))
+        .with_state(endpoint)
 }
 
 /// The rest of a stream this node owns, for a replica that a resuming client reached.
@@ -118,6 +145,16 @@ async fn cancel(State(endpoint): State<Arc<Endpoint>>, bytes: Bytes) -> Response
     };
     let cancelled = endpoint.server().cancel_local(&request.session, &request.request);
     axum::Json(json!({"cancelled": cancelled})).into_response()
+}
+
+/// Whether a 2026-07-28 call runs here, for the replica serving its retry (and its
+/// cancellation, when that retry's client left).
+async fn call_state(State(endpoint): State<Arc<Endpoint>>, bytes: Bytes) -> Response {
+    let request: CallStateRequest = match body(&bytes, "call state request") {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    msgpack(&endpoint.server().modern_call(request.call, request.cancel))
 }
 
 /// A notification for standalone streams, published on another replica.

@@ -18,3 +18,5 @@ pub use switchboard_contract::admin::{JOIN, LEARNERS, PROMOTE, REMOVE, STATUS};
 pub const RESUME: &str = "/mcp/resume";
 pub const CANCEL: &str = "/mcp/cancel";
 pub const NOTIFY: &str = "/mcp/notify";
+/// Whether a 2026-07-28 call still runs on its owner, and its cancellation.
+pub const MRTR_CALL: &str = "/mcp/mrtr-call";

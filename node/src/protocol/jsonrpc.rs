@@ -17,6 +17,15 @@ pub const INTERNAL_ERROR: i64 = -32603;
 pub const RESOURCE_NOT_FOUND: i64 = -32002;
 /// MCP (2025-11-25): the tool needs a URL-mode elicitation to complete first.
 pub const URL_ELICITATION_REQUIRED: i64 = -32042;
+/// MCP 2026-07-28: a header disagrees with the body (`MCP-Protocol-Version`, `Mcp-Method`,
+/// `Mcp-Name`), or one the request needs is missing.
+pub const HEADER_MISMATCH: i64 = -32020;
+/// MCP 2026-07-28: the request needs a client capability its `_meta` did not declare;
+/// `data.requiredCapabilities` names it.
+pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
+/// MCP 2026-07-28: a protocol version this server does not serve statelessly;
+/// `data: {supported, requested}`.
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 /// Server error range: a configured limit refused the request (nothing ran, nothing was
 /// stored); `data` names it: `{"limit": "requests_per_session", "max": 64}`.
 pub const LIMIT_REACHED: i64 = -32000;

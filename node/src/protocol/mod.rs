@@ -1,4 +1,5 @@
 //! The wire protocol: JSON-RPC 2.0 framing and MCP message types. No I/O.
 
+pub mod era;
 pub mod jsonrpc;
 pub mod types;

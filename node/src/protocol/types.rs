@@ -1,4 +1,5 @@
-//! MCP message types for protocol versions 2025-11-25 and 2025-06-18 (and 2025-03-26 on input).
+//! MCP message types for protocol versions 2026-07-28 (per-request `_meta`, no handshake),
+//! 2025-11-25 and 2025-06-18 (and 2025-03-26 on input).
 //!
 //! Only the shapes the server builds or must read field-by-field are typed; open-ended parts
 //! (schemas, `_meta`, client capability sub-objects) stay `serde_json::Value`.
@@ -17,20 +18,34 @@ pub enum ProtocolVersion {
     V2025_06_18,
     #[serde(rename = "2025-11-25")]
     V2025_11_25,
+    /// The first revision without `initialize`: every request carries its version and the
+    /// client's capabilities in `_meta`, and the server is stateless between requests.
+    #[serde(rename = "2026-07-28")]
+    V2026_07_28,
 }
 
 impl ProtocolVersion {
-    /// Offered when a client asks for a revision this server does not know.
+    /// Offered when a client's `initialize` asks for a revision this server does not know:
+    /// the newest revision that has a handshake.
     pub const LATEST: ProtocolVersion = ProtocolVersion::V2025_11_25;
-    /// Every revision served, newest first.
-    pub const SUPPORTED: [ProtocolVersion; 3] = [ProtocolVersion::V2025_11_25, ProtocolVersion::V2025_06_18, ProtocolVersion::V2025_03_26];
+    /// Every revision served, newest first (what `server/discover` and -32022 list).
+    pub const SUPPORTED: [ProtocolVersion; 4] =
+        [ProtocolVersion::V2026_07_28, ProtocolVersion::V2025_11_25, ProtocolVersion::V2025_06_18, ProtocolVersion::V2025_03_26];
+    /// The revisions served statelessly, with per-request `_meta`.
+    pub const MODERN: [ProtocolVersion; 1] = [ProtocolVersion::V2026_07_28];
 
     pub fn as_str(self) -> &'static str {
         match self {
             ProtocolVersion::V2025_03_26 => "2025-03-26",
             ProtocolVersion::V2025_06_18 => "2025-06-18",
             ProtocolVersion::V2025_11_25 => "2025-11-25",
+            ProtocolVersion::V2026_07_28 => "2026-07-28",
         }
+    }
+
+    /// Whether this revision is served statelessly (no `initialize`, no session).
+    pub fn is_modern(self) -> bool {
+        Self::MODERN.contains(&self)
     }
 
     /// The revision named `text`, if this server speaks it.
@@ -38,9 +53,10 @@ impl ProtocolVersion {
         Self::SUPPORTED.into_iter().find(|v| v.as_str() == text)
     }
 
-    /// The revision answered to an `initialize` that asked for `requested`.
+    /// The revision answered to an `initialize` that asked for `requested`: never a modern
+    /// one, which has no handshake.
     pub fn negotiate(requested: &str) -> ProtocolVersion {
-        Self::parse(requested).unwrap_or(Self::LATEST)
+        Self::parse(requested).filter(|v| !v.is_modern()).unwrap_or(Self::LATEST)
     }
 }
 
@@ -408,11 +424,27 @@ impl CreateMessageResult {
     }
 }
 
+/// A root the client exposes (`roots/list`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Root {
+    pub uri: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// The client's answer to `roots/list`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ListRootsResult {
+    pub roots: Vec<Root>,
+}
+
 /// Which kind of server-to-client request; each has its own timeout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestKind {
     Elicitation,
     Sampling,
+    /// `roots/list`.
+    Roots,
 }
 
 impl RequestKind {
@@ -420,6 +452,7 @@ impl RequestKind {
         match self {
             RequestKind::Elicitation => "elicitation",
             RequestKind::Sampling => "sampling",
+            RequestKind::Roots => "roots",
         }
     }
 }
@@ -439,6 +472,9 @@ mod tests {
         assert_eq!(ProtocolVersion::negotiate("2025-06-18"), ProtocolVersion::V2025_06_18);
         assert_eq!(ProtocolVersion::negotiate("2025-03-26"), ProtocolVersion::V2025_03_26);
         assert_eq!(ProtocolVersion::negotiate("1999-01-01"), ProtocolVersion::LATEST);
+        // 2026-07-28 has no handshake: an `initialize` asking for it gets the latest that has.
+        assert_eq!(ProtocolVersion::negotiate("2026-07-28"), ProtocolVersion::LATEST);
+        assert!(ProtocolVersion::V2026_07_28.is_modern() && !ProtocolVersion::LATEST.is_modern());
     }
 
     #[test]

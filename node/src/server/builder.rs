@@ -92,6 +92,8 @@ impl ServerBuilder {
                 sessions,
                 local: Default::default(),
                 in_flight: Default::default(),
+                modern_calls: Default::default(),
+                listeners: Default::default(),
                 session_end_hooks: Default::default(),
             }),
         };

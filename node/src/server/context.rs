@@ -1,18 +1,21 @@
 //! The context a handler runs with: progress, logging, cancellation, and server-to-client
 //! requests (`elicit`, `sample`) correlated through the mailbox.
 //!
-//! Handlers never see how the answer arrives (same node, another node through Raft, or a future
-//! multi-round-trip transport); they await a typed result.
+//! Handlers never see how the answer arrives (on the session's stream and back through the
+//! mailbox, on this node or another, or as the input response of a 2026-07-28 retry); they
+//! await a typed result.
 
 use super::correlation;
 use super::local::LocalSession;
 use super::outbound::{Outbound, Outgoing};
 use super::rendezvous::Rendezvous;
+use super::round::{AskError, ModernCall};
 use super::schema::validation_errors;
 use crate::mailbox::{MailboxError, MailboxKey, WaitOutcome};
-use crate::protocol::jsonrpc::{ErrorObject, Message, RequestId};
+use crate::protocol::jsonrpc::{ErrorObject, MISSING_REQUIRED_CLIENT_CAPABILITY, Message, RequestId};
 use crate::protocol::types::{
-    CreateMessageParams, CreateMessageResult, ElicitAction, ElicitResult, LogLevel, ProtocolVersion, RequestKind,
+    CapabilityFlags, CreateMessageParams, CreateMessageResult, ElicitAction, ElicitResult, ListRootsResult, LogLevel, ProtocolVersion,
+    RequestKind,
 };
 use crate::session::SessionRecord;
 use serde_json::{Map, Value, json};
@@ -56,13 +59,23 @@ pub struct RequestContext {
 
 pub(super) struct RequestScope {
     pub(super) rendezvous: Arc<Rendezvous>,
-    /// This node's entry of the session (its log level, set here ahead of the record).
-    pub(super) local: Arc<LocalSession>,
-    pub(super) session: Arc<SessionRecord>,
+    pub(super) caller: Caller,
     pub(super) request_id: RequestId,
-    pub(super) progress_token: Option<Value>,
     pub(super) out: Outbound,
     pub(super) cancel: CancellationToken,
+}
+
+/// Who a request came from.
+pub(super) enum Caller {
+    /// A request in an initialized session (2025-11-25 and before).
+    Session {
+        /// This node's entry of the session (its log level, set here ahead of the record).
+        local: Arc<LocalSession>,
+        record: Arc<SessionRecord>,
+        progress_token: Option<Value>,
+    },
+    /// A stateless request (2026-07-28): what the client declared comes with each request.
+    Modern(Arc<ModernCall>),
 }
 
 impl RequestContext {
@@ -72,15 +85,38 @@ impl RequestContext {
     pub(crate) fn out(&self) -> &Outbound {
         &self.scope.out
     }
-    pub fn session(&self) -> &SessionRecord {
-        &self.scope.session
+    /// The session of a legacy request; `None` for a 2026-07-28 request, which has none.
+    pub fn session(&self) -> Option<&SessionRecord> {
+        match &self.scope.caller {
+            Caller::Session { record, .. } => Some(record),
+            Caller::Modern(_) => None,
+        }
+    }
+    /// The protocol revision of the request.
+    pub fn protocol_version(&self) -> ProtocolVersion {
+        match &self.scope.caller {
+            Caller::Session { record, .. } => record.protocol_version,
+            Caller::Modern(call) => call.client().version,
+        }
+    }
+    /// What the client can do: declared at `initialize`, or in this request's `_meta` (the
+    /// latest retry's, in a multi-round-trip call).
+    pub fn capabilities(&self) -> CapabilityFlags {
+        match &self.scope.caller {
+            Caller::Session { record, .. } => record.capabilities,
+            Caller::Modern(call) => call.client().capabilities,
+        }
     }
     pub fn request_id(&self) -> &RequestId {
         &self.scope.request_id
     }
-    /// The `_meta.progressToken` of the request, if the client asked for progress.
-    pub fn progress_token(&self) -> Option<&Value> {
-        self.scope.progress_token.as_ref()
+    /// The `_meta.progressToken` of the request, if the client asked for progress (in a
+    /// multi-round-trip call, the token of the retry being answered).
+    pub fn progress_token(&self) -> Option<Value> {
+        match &self.scope.caller {
+            Caller::Session { progress_token, .. } => progress_token.clone(),
+            Caller::Modern(call) => call.client().progress_token,
+        }
     }
     /// Resolves when the client cancels this request.
     pub async fn cancelled(&self) {
@@ -96,7 +132,7 @@ impl RequestContext {
 
     /// Send `notifications/progress` if the client asked for progress on this request.
     pub fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
-        let Some(token) = &self.scope.progress_token else { return };
+        let Some(token) = self.progress_token() else { return };
         let mut params = json!({"progressToken": token, "progress": progress});
         if let Some(total) = total {
             params["total"] = json!(total);
@@ -107,9 +143,14 @@ impl RequestContext {
         let _ = self.send(Message::notification("notifications/progress", params));
     }
 
-    /// Send `notifications/message` if `level` is at or above the session's level.
+    /// Send `notifications/message` if `level` is at or above the session's level (in the
+    /// 2026-07-28 era: the request's `_meta` log level; without one, nothing is sent).
     pub fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
-        if level < self.scope.local.log_level(&self.scope.session) {
+        let threshold = match &self.scope.caller {
+            Caller::Session { local, record, .. } => Some(local.log_level(record)),
+            Caller::Modern(call) => call.client().log_level,
+        };
+        if threshold.is_none_or(|threshold| level < threshold) {
             return;
         }
         let mut params = json!({"level": level, "data": data});
@@ -120,17 +161,47 @@ impl RequestContext {
     }
 
     /// End the HTTP response carrying this request's stream; the client reconnects with
-    /// `Last-Event-ID` and receives what followed (SSE polling, SEP-1699).
+    /// `Last-Event-ID` and receives what followed (SSE polling, SEP-1699). Nothing in the
+    /// 2026-07-28 era, whose streams cannot be resumed.
     pub fn close_sse_stream(&self) {
-        let _ = self.scope.out.send(Outgoing::Disconnect);
+        if matches!(self.scope.caller, Caller::Session { .. }) {
+            let _ = self.scope.out.send(Outgoing::Disconnect);
+        }
+    }
+
+    /// Fail with [`ClientRequestError::CapabilityMissing`] unless the client declared
+    /// `capability` (`required` is how it is spelt in `requiredCapabilities`). In the
+    /// 2026-07-28 era, a handler that gives up on it answers -32021.
+    fn require(&self, declared: bool, capability: &'static str, required: Value) -> Result<(), ClientRequestError> {
+        if declared {
+            return Ok(());
+        }
+        if let Caller::Modern(call) = &self.scope.caller {
+            let message = format!("Server requires the {capability} capability for this request");
+            call.fail(ErrorObject::new(MISSING_REQUIRED_CLIENT_CAPABILITY, message).with_data(json!({"requiredCapabilities": required})));
+        }
+        Err(ClientRequestError::CapabilityMissing(capability))
     }
 
     /// Ask the user to fill a form (`elicitation/create`, form mode). `requested_schema` must be a
     /// flat object of primitive fields. Accepted content is validated against it.
     pub async fn elicit(&self, message: impl Into<String>, requested_schema: Value) -> Result<ElicitResult, ClientRequestError> {
-        if !self.scope.session.capabilities.elicitation_form {
-            return Err(ClientRequestError::CapabilityMissing("elicitation"));
-        }
+        self.elicit_keyed(None, message.into(), requested_schema).await
+    }
+
+    /// [`elicit`](Self::elicit) under the input-request key `key` (2026-07-28 clients see it in
+    /// `inputRequests` and answer under it; a legacy session never sees it).
+    pub async fn elicit_as(
+        &self,
+        key: &str,
+        message: impl Into<String>,
+        requested_schema: Value,
+    ) -> Result<ElicitResult, ClientRequestError> {
+        self.elicit_keyed(Some(key), message.into(), requested_schema).await
+    }
+
+    async fn elicit_keyed(&self, key: Option<&str>, message: String, requested_schema: Value) -> Result<ElicitResult, ClientRequestError> {
+        self.require(self.capabilities().elicitation_form, "elicitation", json!({"elicitation": {}}))?;
         check_flat_schema(&requested_schema)?;
         // Compile now to refuse a bad schema before asking, but don't hold the validator while
         // parked (it is most of a parked call's memory): rebuild it when an answer is accepted.
@@ -142,12 +213,12 @@ impl RequestContext {
         schema_text.shrink_to_fit();
         // Built by moving the schema in (`json!` would copy it and keep the original alive).
         let mut params = Map::new();
-        params.insert("message".into(), Value::String(message.into()));
+        params.insert("message".into(), Value::String(message));
         params.insert("requestedSchema".into(), requested_schema);
-        if self.scope.session.protocol_version >= ProtocolVersion::V2025_11_25 {
+        if self.protocol_version() >= ProtocolVersion::V2025_11_25 {
             params.insert("mode".into(), json!("form"));
         }
-        let answer = self.request(RequestKind::Elicitation, "elicitation/create", Value::Object(params)).await?;
+        let answer = self.ask(key, RequestKind::Elicitation, "elicitation/create", Value::Object(params)).await?;
         let result: ElicitResult = serde_json::from_value(answer).map_err(|e| ClientRequestError::MalformedAnswer(e.to_string()))?;
         if result.action == ElicitAction::Accept {
             let schema: Value = serde_json::from_str(&schema_text).expect("serialized JSON parses back");
@@ -160,55 +231,105 @@ impl RequestContext {
         Ok(result)
     }
 
-    /// Send the user to a URL (`elicitation/create`, URL mode, 2025-11-25).
+    /// Send the user to a URL (`elicitation/create`, URL mode, 2025-11-25). The 2026-07-28 wire
+    /// has no elicitation id: it is sent to legacy sessions only.
     pub async fn elicit_url(
         &self,
         message: impl Into<String>,
         url: &str,
         elicitation_id: &str,
     ) -> Result<ElicitResult, ClientRequestError> {
-        if !self.scope.session.capabilities.elicitation_url {
-            return Err(ClientRequestError::CapabilityMissing("elicitation.url"));
+        self.require(self.capabilities().elicitation_url, "elicitation.url", json!({"elicitation": {"url": {}}}))?;
+        let mut params = json!({"mode": "url", "message": message.into(), "url": url});
+        if self.session().is_some() {
+            params["elicitationId"] = json!(elicitation_id);
         }
-        let params = json!({"mode": "url", "message": message.into(), "url": url, "elicitationId": elicitation_id});
-        let answer = self.request(RequestKind::Elicitation, "elicitation/create", params).await?;
+        let answer = self.ask(None, RequestKind::Elicitation, "elicitation/create", params).await?;
         serde_json::from_value(answer).map_err(|e| ClientRequestError::MalformedAnswer(e.to_string()))
     }
 
     /// Tell the client an out-of-band (URL-mode) elicitation finished
-    /// (`notifications/elicitation/complete`, 2025-11-25).
+    /// (`notifications/elicitation/complete`, 2025-11-25; 2026-07-28 removed it).
     pub fn elicitation_complete(&self, elicitation_id: &str) {
-        let _ = self.send(Message::notification("notifications/elicitation/complete", json!({"elicitationId": elicitation_id})));
+        if self.session().is_some() {
+            let _ = self.send(Message::notification("notifications/elicitation/complete", json!({"elicitationId": elicitation_id})));
+        }
     }
 
     /// Ask the client's LLM for a completion (`sampling/createMessage`).
     pub async fn sample(&self, params: CreateMessageParams) -> Result<CreateMessageResult, ClientRequestError> {
-        if !self.scope.session.capabilities.sampling {
-            return Err(ClientRequestError::CapabilityMissing("sampling"));
-        }
-        if params.tools.is_some() && !self.scope.session.capabilities.sampling_tools {
-            return Err(ClientRequestError::CapabilityMissing("sampling.tools"));
+        self.sample_keyed(None, params).await
+    }
+
+    /// [`sample`](Self::sample) under the input-request key `key` (see [`elicit_as`](Self::elicit_as)).
+    pub async fn sample_as(&self, key: &str, params: CreateMessageParams) -> Result<CreateMessageResult, ClientRequestError> {
+        self.sample_keyed(Some(key), params).await
+    }
+
+    async fn sample_keyed(&self, key: Option<&str>, params: CreateMessageParams) -> Result<CreateMessageResult, ClientRequestError> {
+        let capabilities = self.capabilities();
+        self.require(capabilities.sampling, "sampling", json!({"sampling": {}}))?;
+        if params.tools.is_some() {
+            self.require(capabilities.sampling_tools, "sampling.tools", json!({"sampling": {"tools": {}}}))?;
         }
         let params = serde_json::to_value(params).expect("params serialize");
-        let answer = self.request(RequestKind::Sampling, "sampling/createMessage", params).await?;
+        let answer = self.ask(key, RequestKind::Sampling, "sampling/createMessage", params).await?;
         serde_json::from_value(answer).map_err(|e| ClientRequestError::MalformedAnswer(e.to_string()))
     }
 
+    /// Ask the client for its roots (`roots/list`).
+    pub async fn list_roots(&self) -> Result<ListRootsResult, ClientRequestError> {
+        self.list_roots_keyed(None).await
+    }
+
+    /// [`list_roots`](Self::list_roots) under the input-request key `key` (see [`elicit_as`](Self::elicit_as)).
+    pub async fn list_roots_as(&self, key: &str) -> Result<ListRootsResult, ClientRequestError> {
+        self.list_roots_keyed(Some(key)).await
+    }
+
+    async fn list_roots_keyed(&self, key: Option<&str>) -> Result<ListRootsResult, ClientRequestError> {
+        self.require(self.capabilities().roots, "roots", json!({"roots": {}}))?;
+        let answer = self.ask(key, RequestKind::Roots, "roots/list", json!({})).await?;
+        serde_json::from_value(answer).map_err(|e| ClientRequestError::MalformedAnswer(e.to_string()))
+    }
+
+    /// Put a question to the client and wait for its answer (the `result` member): a request
+    /// on the session's stream (legacy), or an input request of this round (2026-07-28).
+    async fn ask(&self, key: Option<&str>, kind: RequestKind, method: &str, params: Value) -> Result<Value, ClientRequestError> {
+        let call = match &self.scope.caller {
+            Caller::Session { record, .. } => return self.request(record, kind, method, params).await,
+            Caller::Modern(call) => call,
+        };
+        let key = key.map(str::to_owned).unwrap_or_else(|| call.generated_key(kind));
+        let started = Instant::now();
+        let request = json!({"method": method, "params": params});
+        let answer = call.ask(key, kind, request).await;
+        self.scope.rendezvous.metrics.observe_wait(kind, started.elapsed());
+        match answer {
+            Ok(answer) => Ok(answer),
+            Err(e @ AskError::Malformed { .. }) => {
+                call.fail(ErrorObject::invalid_params(e.to_string()));
+                Err(ClientRequestError::MalformedAnswer(e.to_string()))
+            }
+            Err(AskError::Abandoned) => Err(ClientRequestError::Cancelled),
+        }
+    }
+
     /// Create the mailbox, then send the request, then park. Returns the `result` member.
-    async fn request(&self, kind: RequestKind, method: &str, params: Value) -> Result<Value, ClientRequestError> {
+    async fn request(&self, session: &SessionRecord, kind: RequestKind, method: &str, params: Value) -> Result<Value, ClientRequestError> {
         let server = &self.scope.rendezvous;
         let timeout = server.timeout(kind);
         let key = MailboxKey::random();
         let ttl = timeout + MAILBOX_GRACE;
-        let tag = server.sealer.session_tag(self.scope.session.id.as_str());
+        let tag = server.sealer.session_tag(session.id.as_str());
         server.mailbox.create(&key, tag, server.node_id, ttl).await?;
         let sealed = correlation::SealedRequest {
             key: key.clone(),
             owner: server.node_id,
             deadline_ms: crate::clock::now_ms() + ttl.as_millis() as u64,
         };
-        let id = server.sealer.seal_request(&sealed, self.scope.session.id.as_str());
-        tracing::info!(%key, %kind, session = %self.scope.session.id, "server-to-client request sent; parked");
+        let id = server.sealer.seal_request(&sealed, session.id.as_str());
+        tracing::info!(%key, %kind, session = %session.id, "server-to-client request sent; parked");
         if let Err(e) = self.send(Message::request(id.clone(), method, params)) {
             server.mailbox.delete(&key).await?;
             return Err(e);

@@ -19,6 +19,7 @@
 use crate::mailbox::SessionTag;
 use crate::mailbox::{MailboxKey, NodeId};
 use crate::protocol::jsonrpc::RequestId;
+use crate::protocol::types::RequestKind;
 use aes_gcm::aead::{Aead, KeyInit, Payload};
 use aes_gcm::{Aes256Gcm, Nonce};
 use base64::Engine;
@@ -33,6 +34,10 @@ const HKDF_SALT: &[u8] = b"switchboard id keys v2";
 const FINGERPRINT: usize = 6;
 const REQUEST: u8 = 1;
 const EVENT: u8 = 2;
+/// Prefix of a sealed `requestState` (2026-07-28 multi-round-trip requests).
+const STATE_PREFIX: &str = "sbs1.";
+/// Associated data of every sealed `requestState`: names the scheme.
+const STATE_AAD: &[u8] = b"switchboard mrtr v1";
 
 /// What a server-to-client request id carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +54,58 @@ pub struct SealedEvent {
     pub owner: NodeId,
     pub stream: u64,
     pub seq: u64,
+}
+
+/// What a 2026-07-28 `requestState` carries: where the call runs, the mailboxes of the round
+/// it answers, when the round ends, which call it belongs to, and what was asked in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SealedState {
+    /// The node whose handler is parked on the call.
+    pub owner: NodeId,
+    /// The call's id (random; names the call to its owner and binds its mailboxes).
+    pub call: u128,
+    pub round: u32,
+    /// Where the retry delivers the client's answers.
+    pub answers: MailboxKey,
+    /// Where the owner puts the round's outcome for the replica serving the retry.
+    pub outcome: MailboxKey,
+    /// Milliseconds since the Unix epoch after which the round is over.
+    pub deadline_ms: u64,
+    /// SHA-256 of the method, the name or URI and the arguments of the call: a retry must
+    /// repeat the call it continues.
+    pub digest: [u8; 32],
+    /// The keys asked in the round and what kind of answer each takes.
+    pub asks: Vec<(String, RequestKind)>,
+}
+
+/// Why a `requestState` was refused. `label` names the metric reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    #[error("requestState is invalid (altered or not issued by this cluster)")]
+    Tampered,
+    #[error("requestState expired")]
+    Expired,
+}
+
+impl StateError {
+    pub fn label(self) -> &'static str {
+        match self {
+            StateError::Tampered => "tampered",
+            StateError::Expired => "expired",
+        }
+    }
+}
+
+fn kind_byte(kind: RequestKind) -> u8 {
+    match kind {
+        RequestKind::Elicitation => 0,
+        RequestKind::Sampling => 1,
+        RequestKind::Roots => 2,
+    }
+}
+
+fn kind_of(byte: u8) -> Option<RequestKind> {
+    [RequestKind::Elicitation, RequestKind::Sampling, RequestKind::Roots].into_iter().find(|k| kind_byte(*k) == byte)
 }
 
 /// Why an id was refused. `label` names the metric reason.
@@ -83,6 +140,8 @@ pub struct KeyError(String);
 pub struct IdSealer {
     /// Seals request and event ids.
     cipher: Aes256Gcm,
+    /// Seals `requestState`s: a key of its own, so a state can never pass for an id.
+    state_cipher: Aes256Gcm,
     /// HMAC key of session fingerprints inside ids.
     fingerprint_key: [u8; 32],
     /// HMAC key of the session tags mailboxes are bound to.
@@ -109,6 +168,7 @@ impl IdSealer {
         let hkdf = hkdf::Hkdf::<Sha256>::new(Some(HKDF_SALT), &key);
         IdSealer {
             cipher: Aes256Gcm::new(&subkey(&hkdf, "seal ids").into()),
+            state_cipher: Aes256Gcm::new(&subkey(&hkdf, "request state").into()),
             fingerprint_key: subkey(&hkdf, "session fingerprint"),
             session_tag_key: subkey(&hkdf, "mailbox session tag"),
             key_check_key: subkey(&hkdf, "key check"),
@@ -204,6 +264,48 @@ impl IdSealer {
         Ok(SealedRequest { key: MailboxKey::from_bits(key), owner, deadline_ms })
     }
 
+    /// The `requestState` of a multi-round-trip round: AES-256-GCM under its own subkey, a fresh
+    /// random nonce each time, base64url.
+    pub fn seal_state(&self, state: &SealedState) -> String {
+        let mut plain = Vec::with_capacity(128);
+        plain.extend_from_slice(&state.owner.to_be_bytes());
+        plain.extend_from_slice(&state.call.to_be_bytes());
+        plain.extend_from_slice(&state.round.to_be_bytes());
+        plain.extend_from_slice(&state.answers.bits().to_be_bytes());
+        plain.extend_from_slice(&state.outcome.bits().to_be_bytes());
+        plain.extend_from_slice(&state.deadline_ms.to_be_bytes());
+        plain.extend_from_slice(&state.digest);
+        for (key, kind) in &state.asks {
+            plain.push(kind_byte(*kind));
+            plain.extend_from_slice(&(key.len() as u32).to_be_bytes());
+            plain.extend_from_slice(key.as_bytes());
+        }
+        let nonce: [u8; 12] = rand::random();
+        let sealed = self.state_cipher.encrypt(&nonce.into(), Payload { msg: &plain, aad: STATE_AAD }).expect("AES-GCM seals");
+        let mut out = Vec::with_capacity(12 + sealed.len());
+        out.extend_from_slice(&nonce);
+        out.extend_from_slice(&sealed);
+        format!("{STATE_PREFIX}{}", URL_SAFE_NO_PAD.encode(out))
+    }
+
+    /// Open a client's `requestState`; `now_ms` decides whether its round is over.
+    pub fn open_state(&self, token: &str, now_ms: u64) -> Result<SealedState, StateError> {
+        let raw = token.strip_prefix(STATE_PREFIX).and_then(|b| URL_SAFE_NO_PAD.decode(b).ok()).ok_or(StateError::Tampered)?;
+        if raw.len() < 12 + 16 {
+            return Err(StateError::Tampered);
+        }
+        let (nonce, sealed) = raw.split_at(12);
+        let plain = self
+            .state_cipher
+            .decrypt(Nonce::from_slice(nonce), Payload { msg: sealed, aad: STATE_AAD })
+            .map_err(|_| StateError::Tampered)?;
+        let state = decode_state(&plain).ok_or(StateError::Tampered)?;
+        if now_ms > state.deadline_ms {
+            return Err(StateError::Expired);
+        }
+        Ok(state)
+    }
+
     pub fn seal_event(&self, event: SealedEvent, session: &str) -> String {
         let mut fields = Vec::with_capacity(24);
         for n in [event.owner, event.stream, event.seq] {
@@ -220,9 +322,75 @@ impl IdSealer {
     }
 }
 
+/// The fields of a sealed state, as [`IdSealer::seal_state`] wrote them.
+fn decode_state(plain: &[u8]) -> Option<SealedState> {
+    fn take<'a>(bytes: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        let (head, tail) = bytes.split_at_checked(n)?;
+        *bytes = tail;
+        Some(head)
+    }
+    let mut rest = plain;
+    let owner = u64::from_be_bytes(take(&mut rest, 8)?.try_into().ok()?);
+    let call = u128::from_be_bytes(take(&mut rest, 16)?.try_into().ok()?);
+    let round = u32::from_be_bytes(take(&mut rest, 4)?.try_into().ok()?);
+    let answers = MailboxKey::from_bits(u128::from_be_bytes(take(&mut rest, 16)?.try_into().ok()?));
+    let outcome = MailboxKey::from_bits(u128::from_be_bytes(take(&mut rest, 16)?.try_into().ok()?));
+    let deadline_ms = u64::from_be_bytes(take(&mut rest, 8)?.try_into().ok()?);
+    let digest: [u8; 32] = take(&mut rest, 32)?.try_into().ok()?;
+    let mut asks = Vec::new();
+    while !rest.is_empty() {
+        let kind = kind_of(take(&mut rest, 1)?[0])?;
+        let len = u32::from_be_bytes(take(&mut rest, 4)?.try_into().ok()?) as usize;
+        let key = String::from_utf8(take(&mut rest, len)?.to_vec()).ok()?;
+        asks.push((key, kind));
+    }
+    Some(SealedState { owner, call, round, answers, outcome, deadline_ms, digest, asks })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn state() -> SealedState {
+        SealedState {
+            owner: 3,
+            call: rand::random(),
+            round: 2,
+            answers: MailboxKey::random(),
+            outcome: MailboxKey::random(),
+            deadline_ms: 10_000,
+            digest: [9; 32],
+            asks: vec![
+                ("user_name".into(), RequestKind::Elicitation),
+                ("ü-key".into(), RequestKind::Roots),
+                (String::new(), RequestKind::Sampling),
+            ],
+        }
+    }
+
+    #[test]
+    fn request_states_round_trip_and_refuse_tampering_expiry_and_other_keys() {
+        let sealer = IdSealer::random();
+        let s = state();
+        let token = sealer.seal_state(&s);
+        assert_eq!(sealer.open_state(&token, 9_999), Ok(s.clone()));
+        assert_eq!(sealer.open_state(&token, 10_001), Err(StateError::Expired));
+        // What the conformance suite does, and every single flipped character.
+        assert_eq!(sealer.open_state(&format!("{token}-TAMPERED"), 0), Err(StateError::Tampered));
+        for i in STATE_PREFIX.len()..token.len() {
+            let mut bytes = token.clone().into_bytes();
+            bytes[i] = if bytes[i] == b'A' { b'B' } else { b'A' };
+            assert!(sealer.open_state(&String::from_utf8(bytes).unwrap(), 0).is_err(), "flip at {i} accepted");
+        }
+        assert_eq!(IdSealer::random().open_state(&token, 0), Err(StateError::Tampered), "another cluster's key");
+        // A state is not an id, nor an id a state (separate subkeys and prefixes).
+        let RequestId::String(id) = sealer.seal_request(&request(), "s") else { panic!() };
+        assert_eq!(sealer.open_state(&id, 0), Err(StateError::Tampered));
+        assert_eq!(sealer.open_state(&id.replacen(PREFIX, STATE_PREFIX, 1), 0), Err(StateError::Tampered));
+        // Fresh nonces: the same state never seals the same twice.
+        let tokens: std::collections::HashSet<String> = (0..1000).map(|_| sealer.seal_state(&s)).collect();
+        assert_eq!(tokens.len(), 1000);
+    }
 
     fn request() -> SealedRequest {
         SealedRequest { key: MailboxKey::random(), owner: 2, deadline_ms: 10_000 }

@@ -75,8 +75,9 @@ impl Server {
             "logging/setLevel" => {
                 let level: LogLevel = serde_json::from_value(params.get("level").cloned().unwrap_or(Value::Null))
                     .map_err(|e| ErrorObject::invalid_params(format!("invalid level: {e}")))?;
-                *self.local(&ctx.session().id).log_level.lock().unwrap() = Some(level);
-                self.inner.sessions.set_log_level(&ctx.session().id, level).await.map_err(store_error)?;
+                let session = ctx.session().ok_or_else(|| ErrorObject::method_not_found(method))?;
+                *self.local(&session.id).log_level.lock().unwrap() = Some(level);
+                self.inner.sessions.set_log_level(&session.id, level).await.map_err(store_error)?;
                 Ok(json!({}))
             }
             other => Err(ErrorObject::method_not_found(other)),
@@ -88,6 +89,7 @@ impl Server {
     /// within the session's limits; a refusal changes nothing.
     async fn set_subscription(&self, ctx: &RequestContext, uri: &str, subscribe: bool) -> Result<(), ErrorObject> {
         let config = &self.inner.config;
+        let session = ctx.session().ok_or_else(|| ErrorObject::method_not_found("resources/subscribe"))?;
         if subscribe && !self.inner.offerings.read().unwrap().resources.iter().any(|r| r.matches(uri).is_some()) {
             return Err(ErrorObject::invalid_params("cannot subscribe: no resource or resource template of this server has this URI")
                 .with_data(json!({"uri": uri})));
@@ -97,13 +99,13 @@ impl Server {
         let refused = if subscribe && uri.len() > limits.max_bytes {
             Err(SessionError::Limit(LimitReached::SubscriptionBytes(limits.max_bytes)))
         } else {
-            self.inner.sessions.set_subscription(&ctx.session().id, uri, subscribe, limits).await.map(drop)
+            self.inner.sessions.set_subscription(&session.id, uri, subscribe, limits).await.map(drop)
         };
         match refused {
             Ok(()) => Ok(()),
             Err(SessionError::Limit(limit)) => {
                 self.metrics().limit_refused(limit.label());
-                tracing::debug!(session = %ctx.session().id, limit = limit.label(), "subscribe refused: {limit}");
+                tracing::debug!(session = %session.id, limit = limit.label(), "subscribe refused: {limit}");
                 let code = match limit {
                     LimitReached::SubscriptionBytes(_) => INVALID_PARAMS,
                     LimitReached::Subscriptions(_) | LimitReached::Sessions(_) => LIMIT_REACHED,

@@ -5,6 +5,7 @@
 use super::config::ServerConfig;
 use super::correlation::IdSealer;
 use super::link::ClusterLink;
+use super::listeners::Listener;
 use super::local::{LocalSession, LocalSessions};
 use super::offerings::Offerings;
 use super::outbound::Outbound;
@@ -15,8 +16,10 @@ use crate::protocol::jsonrpc::{ErrorObject, LIMIT_REACHED, encodes_longer_than};
 use crate::protocol::types::{Implementation, InitializeParams, LogLevel, MAX_CLIENT_INFO_FIELD_BYTES, ProtocolVersion};
 use crate::session::{LimitReached, SessionError, SessionId, SessionRecord, SessionStore};
 use serde_json::{Value, json};
+use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
+use tokio_util::sync::CancellationToken;
 
 pub(super) struct Inner {
     pub(super) cluster: Option<Arc<dyn ClusterLink>>,
@@ -29,6 +32,11 @@ pub(super) struct Inner {
     pub(super) local: LocalSessions,
     /// Requests running on this node (parked ones included), every session together.
     pub(super) in_flight: AtomicUsize,
+    /// The 2026-07-28 calls whose handlers run here, by call id (to cancel one, or tell a
+    /// replica serving its retry that it still runs).
+    pub(super) modern_calls: Mutex<HashMap<u128, CancellationToken>>,
+    /// Open `subscriptions/listen` streams on this node.
+    pub(super) listeners: Mutex<Vec<Listener>>,
     /// Told of every session that ended while this node held state for it (see
     /// [`Server::on_session_end`]).
     pub(super) session_end_hooks: RwLock<Vec<SessionEndHook>>,
@@ -93,6 +101,17 @@ pub enum SessionLookupError {
     Store(#[from] SessionError),
 }
 
+/// What the server offers, in `initialize` and `server/discover` results.
+pub(super) fn server_capabilities() -> Value {
+    json!({
+        "tools": {"listChanged": true},
+        "prompts": {"listChanged": true},
+        "resources": {"subscribe": true, "listChanged": true},
+        "logging": {},
+        "completions": {},
+    })
+}
+
 /// A session store failure as the client sees it: data too large to replicate is the client's
 /// to fix (invalid params); anything else is the server's (internal error).
 pub(super) fn store_error(e: SessionError) -> ErrorObject {
@@ -152,13 +171,7 @@ impl Server {
         let record = Arc::new(record);
         let mut result = json!({
             "protocolVersion": version,
-            "capabilities": {
-                "tools": {"listChanged": true},
-                "prompts": {"listChanged": true},
-                "resources": {"subscribe": true, "listChanged": true},
-                "logging": {},
-                "completions": {},
-            },
+            "capabilities": server_capabilities(),
             "serverInfo": self.inner.info,
         });
         if let Some(text) = &self.inner.instructions {

@@ -1,7 +1,9 @@
 //! What the server asks of the other replicas, and the notices it fans out to them.
 
+use crate::mailbox::NodeId;
 use crate::protocol::jsonrpc::RequestId;
 use crate::session::SessionId;
+use futures::future::BoxFuture;
 
 /// What the server asks of the other replicas, when there are any.
 pub trait ClusterLink: Send + Sync {
@@ -9,6 +11,9 @@ pub trait ClusterLink: Send + Sync {
     fn cancel_elsewhere(&self, session: &SessionId, request: &RequestId);
     /// A notification for standalone streams: the other replicas deliver it to theirs.
     fn notify_elsewhere(&self, notice: &Notice);
+    /// Ask `owner` whether the 2026-07-28 call `call` still runs there (`Ok(false)`: it does
+    /// not), cancelling it first when `cancel`. `Err` when `owner` could not be asked.
+    fn call_state(&self, owner: NodeId, call: u128, cancel: bool) -> BoxFuture<'static, Result<bool, String>>;
 }
 
 /// A server notification not tied to a request, for every session's standalone stream

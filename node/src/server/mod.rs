@@ -23,14 +23,19 @@ mod context;
 pub mod correlation;
 mod definitions;
 mod dispatch;
+mod envelope;
 mod handle;
 mod link;
+mod listeners;
 mod local;
+mod modern;
+mod mrtr;
 mod notices;
 mod offerings;
 mod outbound;
 mod rendezvous;
 mod requests;
+mod round;
 mod schema;
 mod tool_changes;
 
@@ -41,6 +46,7 @@ pub use context::{ClientRequestError, MAILBOX_GRACE, RequestContext};
 pub use definitions::{Completer, HandlerError, HandlerResult, PromptDef, ResourceDef, ResourceMeta, ToolDef, match_template, paginate};
 pub use handle::{InitializeError, Server, SessionEndHook, SessionLookupError};
 pub use link::{ClusterLink, Notice};
+pub use listeners::{ListenFilter, Listener};
 pub use outbound::{Outbound, OutboundSink, Outgoing, StreamClosed};
 pub use schema::{SchemaError, schema_for};
 

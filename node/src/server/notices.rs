@@ -4,6 +4,7 @@
 
 use super::handle::Server;
 use super::link::Notice;
+use super::listeners::Listener;
 use super::local::LocalSession;
 use super::outbound::Outgoing;
 use crate::protocol::jsonrpc::Message;
@@ -31,6 +32,11 @@ impl Server {
 
     /// Deliver a notice to the standalone streams attached to this node.
     pub fn deliver_notice(&self, notice: Notice) {
+        // Listen streams: a closed one is dropped here.
+        self.inner.listeners.lock().unwrap().retain(|listener| match listener.message(&notice) {
+            Some(message) => listener.out.send(Outgoing::Message(Box::new(message))).is_ok(),
+            None => true,
+        });
         let attached: Vec<(SessionId, Arc<LocalSession>)> = self.inner.local.with_notifier();
         if attached.is_empty() {
             return;
@@ -50,6 +56,16 @@ impl Server {
                 notify(&local, message);
             }
         });
+    }
+}
+
+impl Server {
+    /// Open a `subscriptions/listen` stream on `out`: its acknowledgement first, then every
+    /// notice it asked for, from any replica, until the stream closes.
+    pub fn listen(&self, listener: Listener) {
+        if listener.out.send(Outgoing::Message(Box::new(listener.acknowledgement()))).is_ok() {
+            self.inner.listeners.lock().unwrap().push(listener);
+        }
     }
 }
 

@@ -23,7 +23,8 @@ impl Rendezvous {
     pub(crate) fn timeout(&self, kind: RequestKind) -> Duration {
         match kind {
             RequestKind::Elicitation => self.elicitation_timeout,
-            RequestKind::Sampling => self.sampling_timeout,
+            // Roots are answered by the client itself, like a sampling request by its LLM.
+            RequestKind::Sampling | RequestKind::Roots => self.sampling_timeout,
         }
     }
 }

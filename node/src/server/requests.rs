@@ -2,10 +2,11 @@
 //! [`Outbound`] unless the client cancelled it first; cancellation from the client, here or
 //! relayed from the replica it reached.
 
-use super::context::{RequestContext, RequestScope};
+use super::context::{Caller, RequestContext, RequestScope};
 use super::handle::Server;
 use super::local::LocalSession;
 use super::outbound::{Outbound, Outgoing};
+use super::round::ModernCall;
 use crate::protocol::jsonrpc::{ErrorObject, LIMIT_REACHED, Message, RequestId};
 use crate::session::{SessionId, SessionRecord};
 use serde_json::{Value, json};
@@ -24,6 +25,15 @@ impl Drop for Admitted {
     fn drop(&mut self) {
         self.local.in_flight.fetch_sub(1, Ordering::AcqRel);
         self.server.inner.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A place among the node's running requests, given back when the request ends.
+pub(super) struct NodePlace(Server);
+
+impl Drop for NodePlace {
+    fn drop(&mut self) {
+        self.0.inner.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -82,10 +92,8 @@ impl Server {
         let progress_token = params.as_ref().and_then(|p| p.pointer("/_meta/progressToken")).cloned();
         let ctx = RequestContext::new(RequestScope {
             rendezvous: self.inner.rendezvous.clone(),
-            session,
-            local: local.clone(),
+            caller: Caller::Session { local: local.clone(), record: session, progress_token },
             request_id: id.clone(),
-            progress_token,
             out,
             cancel,
         });
@@ -153,5 +161,30 @@ impl Server {
             }
             None => false,
         }
+    }
+}
+
+impl Server {
+    pub(super) fn node_place(&self) -> Option<NodePlace> {
+        let max = self.inner.config.max_requests_per_node;
+        let taken = self.inner.in_flight.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1));
+        taken.is_ok().then(|| NodePlace(self.clone()))
+    }
+
+    /// A context for a modern request whose messages go to `out`.
+    pub(super) fn modern_context(
+        &self,
+        call: Arc<ModernCall>,
+        id: &RequestId,
+        out: Outbound,
+        cancel: &CancellationToken,
+    ) -> RequestContext {
+        RequestContext::new(RequestScope {
+            rendezvous: self.inner.rendezvous.clone(),
+            caller: Caller::Modern(call),
+            request_id: id.clone(),
+            out,
+            cancel: cancel.clone(),
+        })
     }
 }

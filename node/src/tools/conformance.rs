@@ -74,7 +74,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                 }
                 ctx.progress(step, Some(100.0), Some(&format!("Completed step {step} of 100")));
             }
-            let token = ctx.progress_token().cloned().map(|t| t.as_str().map(str::to_owned).unwrap_or_else(|| t.to_string()));
+            let token = ctx.progress_token().map(|t| t.as_str().map(str::to_owned).unwrap_or_else(|| t.to_string()));
             Ok(CallToolResult::text(token.unwrap_or_else(|| "no progress token".into())))
         }))
         .tool(tool("test_error_handling", "Tests error response handling", no_args(), |_, _| async {

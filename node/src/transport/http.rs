@@ -1,8 +1,10 @@
 //! Streamable HTTP transport: one endpoint, POST/GET/DELETE, JSON or SSE chosen lazily.
 
 pub use super::connections::{ConnectionLimits, serve, serve_limited};
+use super::modern;
 use super::sse::{EventLog, RelayError, StreamLogs, StreamRelay, StreamSink};
-use crate::protocol::jsonrpc::{self, ErrorObject, Message};
+use crate::protocol::era::{self, Era};
+use crate::protocol::jsonrpc::{self, Message};
 use crate::protocol::types::ProtocolVersion;
 use crate::server::{AnswerOutcome, InitializeError, Outbound, Outgoing, Server, SessionLookupError};
 use crate::session::{SessionId, SessionRecord};
@@ -17,8 +19,9 @@ use std::time::Duration;
 use switchboard_contract::origin::AllowedOrigin;
 use tokio::sync::mpsc;
 
+pub use super::responses::PROTOCOL_VERSION_HEADER;
+use super::responses::{header_text, http_error, json_body, sse_body};
 pub const SESSION_HEADER: &str = "mcp-session-id";
-pub const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
 pub const NODE_HEADER: &str = "x-switchboard-node";
 /// `Retry-After` of an `initialize` refused because the cluster holds its limit of sessions:
 /// sessions end as clients close them or leave them idle, so minutes rather than seconds.
@@ -142,16 +145,6 @@ pub fn router(server: Server, config: HttpConfig) -> Router {
     Endpoint::new(server, config).router(None)
 }
 
-/// An HTTP error with a JSON-RPC error body (id null), as the spec suggests.
-fn http_error(status: StatusCode, message: impl Into<String>) -> Response {
-    let body = Message::error(None, ErrorObject::new(-32000, message)).to_json();
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
-}
-
-fn json_body(status: StatusCode, message: &Message) -> Response {
-    (status, [(header::CONTENT_TYPE, "application/json")], message.to_json()).into_response()
-}
-
 /// Host name of a `Host` header or origin authority, without port.
 fn host_name(authority: &str) -> &str {
     if authority.starts_with('[') {
@@ -249,6 +242,9 @@ async fn post(State(state): State<Shared>, headers: HeaderMap, body: Result<Byte
         Ok(m) => m,
         Err(e) => return json_body(StatusCode::BAD_REQUEST, &e.to_message()),
     };
+    if era::classify(header_text(&headers, PROTOCOL_VERSION_HEADER), &message) == Era::Modern {
+        return modern::post(&state.server, state.config.keep_alive, &headers, message).await;
+    }
     if let Err(response) = check_protocol_version(&headers) {
         return response;
     }
@@ -333,17 +329,20 @@ fn sse_response(state: &HttpState, log: &Arc<EventLog>, from: u64) -> Response {
     sse_body(axum::body::Body::from_stream(log.reader(from, state.config.retry, state.config.keep_alive)))
 }
 
-fn sse_body(body: axum::body::Body) -> Response {
-    let headers = [
-        (header::CONTENT_TYPE, "text/event-stream"),
-        (header::CACHE_CONTROL, "no-cache"),
-        // Ask proxies (nginx) not to buffer the stream.
-        (HeaderName::from_static("x-accel-buffering"), "no"),
-    ];
-    (headers, body).into_response()
+/// A GET or DELETE of a 2026-07-28 client: nothing to open or end without sessions.
+fn modern_method_not_allowed(headers: &HeaderMap) -> Option<Response> {
+    if era::classify_header(header_text(headers, PROTOCOL_VERSION_HEADER)) != Era::Modern {
+        return None;
+    }
+    let mut response = http_error(StatusCode::METHOD_NOT_ALLOWED, "2026-07-28 has no sessions and no GET stream: POST requests only");
+    response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+    Some(response)
 }
 
 async fn get(State(state): State<Shared>, headers: HeaderMap) -> Response {
+    if let Some(response) = modern_method_not_allowed(&headers) {
+        return response;
+    }
     if !accepts(&headers, "text/event-stream") {
         return http_error(StatusCode::NOT_ACCEPTABLE, "Not Acceptable: Accept must allow text/event-stream");
     }
@@ -392,6 +391,9 @@ async fn get(State(state): State<Shared>, headers: HeaderMap) -> Response {
 }
 
 async fn delete(State(state): State<Shared>, headers: HeaderMap) -> Response {
+    if let Some(response) = modern_method_not_allowed(&headers) {
+        return response;
+    }
     let session = match require_session(&state, &headers).await {
         Ok(s) => s,
         Err(response) => return response,

@@ -2,5 +2,7 @@
 
 pub mod connections;
 pub mod http;
+mod modern;
+mod responses;
 pub mod sse;
 pub mod stdio;

@@ -1,0 +1,102 @@
+//! 2026-07-28 requests: stateless, each carrying what the client declares in its `_meta`.
+//! `server/discover`, the result envelope (`resultType`, server info, cache hints) and the
+//! methods that need no round trip; `tools/call`, `prompts/get` and `resources/read` go
+//! through the multi-round-trip driver in [`super::mrtr`].
+
+use super::envelope::modern_error;
+use super::handle::{Server, server_capabilities};
+use super::mrtr::CallRequest;
+use super::outbound::{Outbound, Outgoing};
+use super::round::{ModernCall, ModernClient};
+use crate::protocol::era::{MRTR_METHODS, ModernMeta};
+use crate::protocol::jsonrpc::{ErrorObject, LIMIT_REACHED, Message, RequestId};
+use crate::protocol::types::ProtocolVersion;
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+impl ModernClient {
+    pub(super) fn from_meta(meta: &ModernMeta) -> Self {
+        ModernClient {
+            version: meta.version,
+            capabilities: meta.capabilities.flags(),
+            log_level: meta.log_level,
+            progress_token: meta.progress_token.clone(),
+        }
+    }
+}
+
+impl Server {
+    /// Start a validated 2026-07-28 request. Related messages and finally the response go to
+    /// `out`; `cancel` is the client closing the response (then nothing more is sent).
+    ///
+    /// Beyond the node's limit of running requests (parked calls count) it is answered with
+    /// a -32000 error at once and nothing runs.
+    pub fn spawn_modern(
+        &self,
+        meta: ModernMeta,
+        id: RequestId,
+        method: String,
+        params: Option<Value>,
+        out: Outbound,
+        cancel: CancellationToken,
+    ) {
+        let Some(place) = self.node_place() else {
+            let max = self.inner.config.max_requests_per_node;
+            self.metrics().limit_refused("requests_per_node");
+            let error =
+                ErrorObject::new(LIMIT_REACHED, format!("this node runs {max} requests, its limit (--max-requests-per-node); retry later"))
+                    .with_data(json!({"limit": "requests_per_node", "max": max}));
+            let _ = out.send(Outgoing::Message(Box::new(Message::error(Some(id), error))));
+            return;
+        };
+        let server = self.clone();
+        tokio::spawn(async move {
+            let params = params.unwrap_or_else(|| json!({}));
+            let client = ModernClient::from_meta(&meta);
+            if MRTR_METHODS.contains(&method.as_str()) {
+                server.run_call(CallRequest { client, id, method, params, out, cancel }, place).await;
+                return;
+            }
+            let reply = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return,
+                reply = server.answer_plain(client, &id, &method, params, &out, &cancel) => reply,
+            };
+            drop(place);
+            let message = match reply {
+                Ok(result) => Message::response(id, server.envelope(&method, result, false)),
+                Err(error) => Message::error(Some(id), modern_error(error)),
+            };
+            let _ = out.send(Outgoing::Message(Box::new(message)));
+        });
+    }
+
+    async fn answer_plain(
+        &self,
+        client: ModernClient,
+        id: &RequestId,
+        method: &str,
+        params: Value,
+        out: &Outbound,
+        cancel: &CancellationToken,
+    ) -> Result<Value, ErrorObject> {
+        if method == "server/discover" {
+            return Ok(self.discover());
+        }
+        let call = Arc::new(ModernCall::new(client, Map::new()));
+        self.dispatch(self.modern_context(call, id, out.clone(), cancel), method, params).await
+    }
+
+    /// `server/discover`: the versions served, what the server offers, and who it is.
+    fn discover(&self) -> Value {
+        let mut result = json!({
+            "supportedVersions": ProtocolVersion::SUPPORTED,
+            "capabilities": server_capabilities(),
+        });
+        if let Some(text) = &self.inner.instructions {
+            result["instructions"] = json!(text);
+        }
+        result
+    }
+}

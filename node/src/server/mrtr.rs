@@ -1,0 +1,574 @@
+//! Multi-round-trip requests (2026-07-28) by park-and-relay.
+//!
+//! A modern client cannot be sent a request; a handler that needs the user (or the client's LLM,
+//! or its roots) makes the client call again. Other servers run the handler again from the top
+//! with the answers (every tool a replayable state machine). Here the handler keeps running:
+//!
+//! 1. On the node that got the call (the owner), the handler runs until it can go no further
+//!    without input. The driver then commits two mailboxes, one for the client's answers and one
+//!    for the round's outcome, and answers `input_required` with every outstanding input
+//!    request and a sealed `requestState` naming the owner, the mailboxes, the deadline, the
+//!    asked keys and a digest of the call. The handler stays parked on its answers mailbox.
+//! 2. The retry may reach any replica. It opens the state (altered, expired, or belonging to
+//!    another call: refused), checks the answers' shapes, delivers them through Raft (single
+//!    use: a second delivery is refused) and waits on the outcome mailbox.
+//! 3. The owner wakes, hands the answers to the asks they name, and runs the handler to its
+//!    next boundary: another `input_required` (with a fresh state) or the result, put into the
+//!    outcome mailbox with the notifications the handler sent meanwhile. The retry's replica
+//!    answers with them.
+//!
+//! Notifications after a resume travel with the outcome rather than over a live relay: they
+//! are few and short-lived, and one value per round keeps the owner's side to one commit.
+//! Closing the retry's stream cancels the handler on the owner (over the peer port); the
+//! replica serving a retry asks the owner every few seconds whether the call still runs, so a
+//! dead owner is an error, not a hang. A client that never retries: the handler waits out the
+//! elicitation or sampling timeout, then is dropped and counted (`abandoned`).
+
+use super::context::MAILBOX_GRACE;
+use super::correlation::{SealedState, StateError};
+use super::envelope::modern_error;
+use super::handle::Server;
+use super::outbound::{Outbound, Outgoing};
+use super::requests::NodePlace;
+use super::round::{ModernCall, ModernClient, ModernSink, check_response};
+use crate::clock::now_ms;
+use crate::mailbox::{DeliverOutcome, MailboxKey, SessionTag, WaitOutcome};
+use crate::protocol::jsonrpc::{ErrorObject, INTERNAL_ERROR, Message, RequestId, message_from_value};
+use crate::protocol::types::{CapabilityFlags, LogLevel, RequestKind};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// How long an outcome mailbox outlives its round: the handler's run from the answers to its
+/// next boundary (or its result) must fit in it.
+const OUTCOME_WINDOW: Duration = Duration::from_secs(600);
+/// How often the replica serving a retry asks the owner whether the call still runs.
+const OWNER_CHECK_EVERY: Duration = Duration::from_secs(2);
+/// Owner checks that may fail in a row before the owner is taken for gone.
+const OWNER_CHECK_FAILURES: u32 = 3;
+
+/// SHA-256 of what identifies a call: the method, the tool or prompt name (or resource URI),
+/// and the arguments (serde_json writes object keys sorted, so equal arguments digest equal).
+pub(super) fn call_digest(method: &str, params: &Value) -> [u8; 32] {
+    let name = params.get("name").or_else(|| params.get("uri")).and_then(Value::as_str).unwrap_or("");
+    let arguments = params.get("arguments").filter(|a| !a.is_null()).cloned().unwrap_or_else(|| json!({}));
+    let mut hash = Sha256::new();
+    hash.update(method.as_bytes());
+    hash.update([0]);
+    hash.update(name.as_bytes());
+    hash.update([0]);
+    hash.update(arguments.to_string().as_bytes());
+    hash.finalize().into()
+}
+
+/// A `tools/call`, `prompts/get` or `resources/read` to run: who asks, and where its answer goes.
+pub(super) struct CallRequest {
+    pub(super) client: ModernClient,
+    pub(super) id: RequestId,
+    pub(super) method: String,
+    pub(super) params: Value,
+    pub(super) out: Outbound,
+    /// The client closing the response.
+    pub(super) cancel: CancellationToken,
+}
+
+/// What a retry delivers into a round's answers mailbox.
+#[derive(Debug, Serialize, Deserialize)]
+struct RoundAnswers {
+    responses: Map<String, Value>,
+    capabilities: CapabilityFlags,
+    log_level: Option<LogLevel>,
+    progress_token: Option<Value>,
+}
+
+/// What the owner puts into a round's outcome mailbox: what the handler sent since the retry,
+/// and the message that ends the round (`input_required` again, the result, or an error).
+#[derive(Debug, Serialize, Deserialize)]
+struct RoundOutcome {
+    notifications: Vec<Value>,
+    last: Value,
+}
+
+/// Why a retry got no outcome.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RetryError {
+    /// Refused before anything was delivered (state, shapes): the call is untouched.
+    #[error("{message}")]
+    Refused { reason: &'static str, message: String },
+    /// The cluster could not take the answers; nothing was consumed, the same retry may be sent again.
+    #[error("the answers could not be delivered, send the retry again: {0}")]
+    Unavailable(String),
+    /// The replica running the call is gone, or the call ended without an outcome.
+    #[error("{0}")]
+    Lost(String),
+}
+
+impl RetryError {
+    fn to_error_object(&self) -> ErrorObject {
+        match self {
+            RetryError::Refused { .. } => ErrorObject::invalid_params(self.to_string()),
+            RetryError::Unavailable(_) | RetryError::Lost(_) => ErrorObject::new(INTERNAL_ERROR, self.to_string()),
+        }
+    }
+}
+
+impl Server {
+    /// The tag binding a call's mailboxes to it (as a session's bind its requests').
+    fn call_tag(&self, call: u128) -> SessionTag {
+        self.sealer().session_tag(&format!("mrtr:{call:032x}"))
+    }
+
+    /// Run a `tools/call`, `prompts/get` or `resources/read`: a fresh call here, or a retry
+    /// that continues a call parked here or on another replica.
+    pub(super) async fn run_call(&self, call: CallRequest, place: NodePlace) {
+        let CallRequest { client, id, method, params, out, cancel } = call;
+        let state = params.get("requestState").cloned();
+        let message = match state {
+            Some(Value::String(state)) => {
+                drop(place);
+                match self.relay_retry(&client, &method, &params, &state, &out, &cancel).await {
+                    Some(Ok(last)) => relabel(last, &id),
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e, "retry refused");
+                        Message::error(Some(id), e.to_error_object())
+                    }
+                    None => return,
+                }
+            }
+            Some(Value::Null) | None => return self.drive(CallRequest { client, id, method, params, out, cancel }, place).await,
+            Some(_) => Message::error(Some(id), ErrorObject::invalid_params("requestState must be a string")),
+        };
+        let _ = out.send(Outgoing::Message(Box::new(message)));
+    }
+
+    /// Run a fresh call's handler here, round after round, until it ends.
+    async fn drive(&self, request: CallRequest, _place: NodePlace) {
+        let CallRequest { client, id, method, mut params, out, cancel } = request;
+        let prefilled = match params.as_object_mut().and_then(|p| p.remove("inputResponses")) {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(answers)) => answers,
+            Some(_) => {
+                let error = ErrorObject::invalid_params("inputResponses must be an object");
+                let _ = out.send(Outgoing::Message(Box::new(Message::error(Some(id), error))));
+                return;
+            }
+        };
+        let digest = call_digest(&method, &params);
+        let call_id: u128 = rand::random();
+        let tag = self.call_tag(call_id);
+        let call = Arc::new(ModernCall::new(client, prefilled));
+        let sink = Arc::new(ModernSink::new(out));
+        let ctx = self.modern_context(call.clone(), &id, Outbound::from(sink.clone()), &cancel);
+        self.inner.modern_calls.lock().unwrap().insert(call_id, cancel.clone());
+        let _registered = CallRegistration { server: self.clone(), call: call_id };
+        let mut handler = std::pin::pin!(self.dispatch(ctx, &method, params));
+        // Where the current round's outcome goes: the first request's stream, or the outcome
+        // mailbox of the round a retry answered.
+        let mut outcome_box: Option<MailboxKey> = None;
+        let mut round = 0u32;
+        loop {
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => {
+                    tracing::debug!(call = %format!("{call_id:032x}"), "call cancelled by the client");
+                    self.discard(outcome_box).await;
+                    return;
+                }
+                result = &mut handler => {
+                    let message = match (result, call.protocol_error()) {
+                        (Err(_), Some(error)) => Message::error(Some(id.clone()), modern_error(error)),
+                        (Ok(result), Some(error)) if result.get("isError") == Some(&json!(true)) => {
+                            Message::error(Some(id.clone()), modern_error(error))
+                        }
+                        (Ok(result), _) => Message::response(id.clone(), self.envelope(&method, result, round > 0)),
+                        (Err(error), None) => Message::error(Some(id.clone()), modern_error(error)),
+                    };
+                    self.metrics().mrtr_round(if message.is_response() { "complete" } else { "error" });
+                    self.end_round(outcome_box, &sink, tag, message).await;
+                    return;
+                }
+                _ = call.asked.notified() => {}
+            }
+            // An answer the call cannot use (malformed, a capability missing) ends it now,
+            // rather than after the client answered what else it asks.
+            if let Some(error) = call.protocol_error() {
+                self.metrics().mrtr_round("error");
+                self.end_round(outcome_box, &sink, tag, Message::error(Some(id.clone()), modern_error(error))).await;
+                return;
+            }
+            let asks = call.outstanding();
+            if asks.is_empty() {
+                continue;
+            }
+            round += 1;
+            let timeout = asks.iter().map(|(_, kind, _)| self.inner.rendezvous.timeout(*kind)).max().expect("asks");
+            let (answers, next_outcome) = (MailboxKey::random(), MailboxKey::random());
+            let owner = self.node_id();
+            let mailbox = self.mailbox();
+            let created = tokio::try_join!(
+                mailbox.create(&answers, tag, owner, timeout + MAILBOX_GRACE),
+                mailbox.create(&next_outcome, tag, owner, timeout + MAILBOX_GRACE + OUTCOME_WINDOW),
+            );
+            if let Err(e) = created {
+                tracing::warn!(error = %e, "multi-round-trip round not started: its mailboxes could not be created");
+                let error = ErrorObject::internal(format!("the server could not park this call for input: {e}"));
+                self.end_round(outcome_box, &sink, tag, Message::error(Some(id.clone()), error)).await;
+                return;
+            }
+            let state = SealedState {
+                owner,
+                call: call_id,
+                round,
+                answers: answers.clone(),
+                outcome: next_outcome.clone(),
+                deadline_ms: now_ms() + timeout.as_millis() as u64,
+                digest,
+                asks: asks.iter().map(|(key, kind, _)| (key.clone(), *kind)).collect(),
+            };
+            let requests: Map<String, Value> = asks.into_iter().map(|(key, _, request)| (key, request)).collect();
+            let result = json!({
+                "resultType": "input_required",
+                "inputRequests": requests,
+                "requestState": self.sealer().seal_state(&state),
+            });
+            self.metrics().mrtr_round("input_required");
+            tracing::info!(call = %format!("{call_id:032x}"), round, keys = requests_len(&result), "input required; call parked");
+            self.end_round(outcome_box.take(), &sink, tag, Message::response(id.clone(), self.envelope(&method, result, false))).await;
+            // The first request is answered; whatever the handler sends from now on goes back
+            // with the outcome of the round a retry answers.
+            sink.buffer();
+            self.metrics().mrtr_parked(1);
+            let waited = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => None,
+                waited = mailbox.wait(&answers, timeout) => Some(waited),
+            };
+            self.metrics().mrtr_parked(-1);
+            match waited {
+                Some(Ok(WaitOutcome::Delivered(value))) => match serde_json::from_value::<RoundAnswers>(value) {
+                    Ok(delivered) => {
+                        call.set_client(ModernClient {
+                            capabilities: delivered.capabilities,
+                            log_level: delivered.log_level,
+                            progress_token: delivered.progress_token,
+                            ..call.client()
+                        });
+                        call.answer(delivered.responses);
+                        // Keys the retry left out are asked again once the handler has taken
+                        // the answers it got.
+                        if !call.outstanding().is_empty() {
+                            call.asked.notify_one();
+                        }
+                        outcome_box = Some(next_outcome);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "undecodable answers in a round's mailbox; call dropped");
+                        self.discard(Some(next_outcome)).await;
+                        return;
+                    }
+                },
+                Some(Ok(other)) => {
+                    self.metrics().mrtr_round("abandoned");
+                    tracing::info!(call = %format!("{call_id:032x}"), round, outcome = ?other, "no retry came in time; call dropped");
+                    let _ = mailbox.delete(&answers).await;
+                    self.discard(Some(next_outcome)).await;
+                    return;
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "waiting for a retry failed; call dropped");
+                    self.discard(Some(next_outcome)).await;
+                    return;
+                }
+                None => {
+                    let _ = mailbox.delete(&answers).await;
+                    self.discard(Some(next_outcome)).await;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Send the message that ends a round: on the first request's stream, or with the
+    /// notifications kept since the retry into the outcome mailbox the retry waits on.
+    async fn end_round(&self, outcome_box: Option<MailboxKey>, sink: &ModernSink, tag: SessionTag, last: Message) {
+        let Some(outcome_box) = outcome_box else {
+            debug_assert!(sink.is_streaming());
+            let _ = sink_send(sink, last);
+            return;
+        };
+        let outcome = RoundOutcome { notifications: sink.take().iter().map(Message::to_value).collect(), last: last.to_value() };
+        let value = serde_json::to_value(outcome).expect("outcomes serialize");
+        match self.mailbox().deliver(&outcome_box, tag, value).await {
+            Ok(DeliverOutcome::Delivered) => {}
+            Ok(other) => tracing::info!(outcome = other.label(), "round outcome not delivered: the retry is gone"),
+            Err(e) => tracing::warn!(error = %e, "round outcome not delivered"),
+        }
+    }
+
+    /// Remove an outcome mailbox nobody will fill.
+    async fn discard(&self, outcome_box: Option<MailboxKey>) {
+        if let Some(key) = outcome_box {
+            let _ = self.mailbox().delete(&key).await;
+        }
+    }
+
+    /// Serve a retry here: check its state and answers, deliver them to the call's owner
+    /// through the mailbox, and wait for the round's outcome. `None` when the client closed
+    /// the retry's stream first (the call is cancelled on its owner).
+    async fn relay_retry(
+        &self,
+        client: &ModernClient,
+        method: &str,
+        params: &Value,
+        state: &str,
+        out: &Outbound,
+        cancel: &CancellationToken,
+    ) -> Option<Result<Value, RetryError>> {
+        let state = match self.open_retry(method, params, state) {
+            Ok(state) => state,
+            Err(e) => {
+                if let RetryError::Refused { reason, .. } = &e {
+                    self.metrics().mrtr_rejected(reason);
+                }
+                return Some(Err(e));
+            }
+        };
+        let responses = match retry_answers(params, &state.asks) {
+            Ok(responses) => responses,
+            Err(e) => {
+                self.metrics().mrtr_rejected("malformed");
+                return Some(Err(e));
+            }
+        };
+        let answers = RoundAnswers {
+            responses,
+            capabilities: client.capabilities,
+            log_level: client.log_level,
+            progress_token: client.progress_token.clone(),
+        };
+        let tag = self.call_tag(state.call);
+        let delivered = self.mailbox().deliver(&state.answers, tag, serde_json::to_value(answers).expect("answers serialize")).await;
+        let refused = |reason: &'static str, message: &str| {
+            self.metrics().mrtr_rejected(reason);
+            Some(Err(RetryError::Refused { reason, message: message.into() }))
+        };
+        match delivered {
+            Ok(DeliverOutcome::Delivered) => {}
+            Ok(DeliverOutcome::AlreadyDelivered) => return refused("consumed", "requestState was already used"),
+            Ok(DeliverOutcome::Expired | DeliverOutcome::Deleted | DeliverOutcome::NotFound) => {
+                return refused("expired", "requestState expired: the call it continues has ended; call again");
+            }
+            Ok(DeliverOutcome::WrongSession) => {
+                return refused("tampered", "requestState is invalid (altered or not issued by this cluster)");
+            }
+            Err(e) => return Some(Err(RetryError::Unavailable(e.to_string()))),
+        }
+        // From here the call runs again on its owner; a client leaving cancels it there.
+        let mut on_leave = CancelOnLeave { server: self.clone(), owner: state.owner, call: state.call, armed: true };
+        let outcome = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return None,
+            outcome = self.await_outcome(&state) => outcome,
+        };
+        on_leave.armed = false;
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                self.metrics().mrtr_rejected("owner_lost");
+                return Some(Err(e));
+            }
+        };
+        for notification in outcome.notifications {
+            if let Ok(message) = message_from_value(notification) {
+                let _ = out.send(Outgoing::Message(Box::new(message)));
+            }
+        }
+        Some(Ok(outcome.last))
+    }
+
+    /// Open a retry's state and check that it continues this very call.
+    fn open_retry(&self, method: &str, params: &Value, state: &str) -> Result<SealedState, RetryError> {
+        let state = self
+            .sealer()
+            .open_state(state, now_ms())
+            .map_err(|e: StateError| RetryError::Refused { reason: e.label(), message: e.to_string() })?;
+        if state.digest != call_digest(method, params) {
+            return Err(RetryError::Refused {
+                reason: "wrong_call",
+                message: "requestState belongs to another call (method, name or arguments differ)".into(),
+            });
+        }
+        Ok(state)
+    }
+
+    /// Wait for the outcome of a round whose answers were delivered, checking that its owner
+    /// still runs the call.
+    async fn await_outcome(&self, state: &SealedState) -> Result<RoundOutcome, RetryError> {
+        let mailbox = self.mailbox();
+        let mut failures = 0;
+        let mut not_here_yet = 0;
+        loop {
+            match mailbox.wait(&state.outcome, OWNER_CHECK_EVERY).await {
+                Ok(WaitOutcome::Delivered(value)) => {
+                    // Taken: no replica needs to keep it.
+                    let (server, key) = (self.clone(), state.outcome.clone());
+                    tokio::spawn(async move {
+                        let _ = server.mailbox().delete(&key).await;
+                    });
+                    return serde_json::from_value(value).map_err(|e| RetryError::Lost(format!("the call's outcome is undecodable: {e}")));
+                }
+                // This replica may not have applied the mailbox's creation yet.
+                Ok(WaitOutcome::NotFound) if not_here_yet < 100 => {
+                    not_here_yet += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Ok(WaitOutcome::TimedOut) => match self.call_runs(state.owner, state.call, false).await {
+                    Ok(true) => failures = 0,
+                    Ok(false) => failures = OWNER_CHECK_FAILURES,
+                    Err(e) => {
+                        failures += 1;
+                        tracing::debug!(owner = state.owner, error = %e, "owner of a call not reached");
+                    }
+                },
+                Ok(other) => return Err(RetryError::Lost(format!("the call ended without an outcome ({other:?}); call again"))),
+                Err(e) => return Err(RetryError::Lost(format!("the call's outcome could not be read: {e}"))),
+            }
+            if failures >= OWNER_CHECK_FAILURES {
+                // Its last outcome may have landed meanwhile.
+                if let Ok(WaitOutcome::Delivered(value)) = mailbox.wait(&state.outcome, Duration::from_millis(1)).await {
+                    return serde_json::from_value(value).map_err(|e| RetryError::Lost(e.to_string()));
+                }
+                return Err(RetryError::Lost(format!("the replica running this call (node {}) is gone; call again", state.owner)));
+            }
+        }
+    }
+
+    /// Whether the call runs on `owner` (here, or asked over the peer port), cancelling it first
+    /// when `cancel`.
+    async fn call_runs(&self, owner: u64, call: u128, cancel: bool) -> Result<bool, String> {
+        if owner == self.node_id() {
+            return Ok(self.modern_call(call, cancel));
+        }
+        match &self.inner.cluster {
+            Some(cluster) => cluster.call_state(owner, call, cancel).await,
+            None => Ok(false),
+        }
+    }
+
+    /// Whether the 2026-07-28 call `call` runs on this node, cancelling it first when `cancel`.
+    pub fn modern_call(&self, call: u128, cancel: bool) -> bool {
+        let calls = self.inner.modern_calls.lock().unwrap();
+        match calls.get(&call) {
+            Some(token) => {
+                if cancel {
+                    tracing::info!(call = %format!("{call:032x}"), "call cancelled: the client closed its retry");
+                    token.cancel();
+                }
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// A call's place in this node's registry, removed however the driver ends.
+struct CallRegistration {
+    server: Server,
+    call: u128,
+}
+
+impl Drop for CallRegistration {
+    fn drop(&mut self) {
+        self.server.inner.modern_calls.lock().unwrap().remove(&self.call);
+    }
+}
+
+/// Cancels the call on its owner when the retry serving it is dropped (the client closed it).
+struct CancelOnLeave {
+    server: Server,
+    owner: u64,
+    call: u128,
+    armed: bool,
+}
+
+impl Drop for CancelOnLeave {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (server, owner, call) = (self.server.clone(), self.owner, self.call);
+        tokio::spawn(async move {
+            if let Err(e) = server.call_runs(owner, call, true).await {
+                tracing::debug!(owner, error = %e, "cancellation of a call not relayed to its owner");
+            }
+        });
+    }
+}
+
+/// The retry's answers to the keys its round asked, each checked for the shape its kind takes;
+/// answers to other keys are ignored.
+fn retry_answers(params: &Value, asks: &[(String, RequestKind)]) -> Result<Map<String, Value>, RetryError> {
+    let malformed = |message: String| RetryError::Refused { reason: "malformed", message };
+    let given = match params.get("inputResponses") {
+        None | Some(Value::Null) => return Ok(Map::new()),
+        Some(Value::Object(given)) => given,
+        Some(_) => return Err(malformed("inputResponses must be an object".into())),
+    };
+    let mut answers = Map::new();
+    for (key, kind) in asks {
+        if let Some(answer) = given.get(key) {
+            check_response(*kind, answer).map_err(|why| malformed(format!("inputResponses[{key:?}] is malformed: {why}")))?;
+            answers.insert(key.clone(), answer.clone());
+        }
+    }
+    Ok(answers)
+}
+
+fn sink_send(sink: &ModernSink, message: Message) -> Result<(), super::outbound::StreamClosed> {
+    use super::outbound::OutboundSink;
+    sink.send(Outgoing::Message(Box::new(message)))
+}
+
+fn requests_len(result: &Value) -> usize {
+    result["inputRequests"].as_object().map_or(0, Map::len)
+}
+
+/// The owner's last message of a round, answered under the retry's own id.
+fn relabel(last: Value, id: &RequestId) -> Message {
+    match message_from_value(last) {
+        Ok(Message::Response { result, .. }) => Message::response(id.clone(), result),
+        Ok(Message::Error { error, .. }) => Message::error(Some(id.clone()), error),
+        _ => Message::error(Some(id.clone()), ErrorObject::internal("the call's outcome is not a response")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_digest_names_the_call_whatever_the_order_of_arguments() {
+        let a = json!({"name": "t", "arguments": {"x": 1, "y": {"b": 2, "a": 1}}, "requestState": "s1", "inputResponses": {}});
+        let b: Value = serde_json::from_str(r#"{"arguments": {"y": {"a": 1, "b": 2}, "x": 1}, "name": "t"}"#).unwrap();
+        assert_eq!(call_digest("tools/call", &a), call_digest("tools/call", &b));
+        assert_ne!(call_digest("tools/call", &a), call_digest("prompts/get", &a));
+        assert_ne!(call_digest("tools/call", &a), call_digest("tools/call", &json!({"name": "t", "arguments": {"x": 2}})));
+        assert_eq!(call_digest("tools/call", &json!({"name": "t"})), call_digest("tools/call", &json!({"name": "t", "arguments": null})));
+        // Argument key order: pinned, since the digest relies on serde_json sorting keys.
+        assert_eq!(json!({"b": 1, "a": 2}).to_string(), r#"{"a":2,"b":1}"#);
+    }
+
+    #[test]
+    fn retry_answers_keep_the_asked_keys_and_check_their_shapes() {
+        let asks = vec![("name".to_string(), RequestKind::Elicitation), ("roots".to_string(), RequestKind::Roots)];
+        let params = json!({"inputResponses": {"name": {"action": "accept", "content": {"n": "x"}}, "extra": 1}});
+        let answers = retry_answers(&params, &asks).unwrap();
+        assert_eq!(answers.keys().collect::<Vec<_>>(), vec!["name"]);
+        assert!(retry_answers(&json!({"inputResponses": {"name": 12345}}), &asks).is_err());
+        assert!(retry_answers(&json!({"inputResponses": [1]}), &asks).is_err());
+        assert!(retry_answers(&json!({"inputResponses": null}), &asks).unwrap().is_empty());
+    }
+}

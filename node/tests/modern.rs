@@ -1,0 +1,412 @@
+//! MCP 2026-07-28 on the same endpoint as 2025-11-25: era detection, `server/discover`, the
+//! result envelope, and multi-round-trip requests (MRTR) on one node, over real HTTP.
+
+mod common;
+
+use common::{RawClient, messages_of, start, start_default};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use switchboard_node::mailbox::InMemoryMailbox;
+use switchboard_node::protocol::types::CallToolResult;
+use switchboard_node::server::{ServerConfig, ToolDef};
+use switchboard_node::session::InMemorySessionStore;
+use switchboard_node::transport::http::HttpConfig;
+
+const V: &str = "2026-07-28";
+
+/// A 2026-07-28 client: every request carries its version and capabilities in `_meta` and
+/// the headers that repeat them.
+struct Modern {
+    http: reqwest::Client,
+    url: String,
+    capabilities: Value,
+}
+
+struct Answer {
+    status: u16,
+    /// Every message of the answer (notifications first, the response last).
+    messages: Vec<Value>,
+}
+
+impl Answer {
+    fn last(&self) -> &Value {
+        self.messages.last().expect("an answer has a message")
+    }
+    fn result(&self) -> &Value {
+        &self.last()["result"]
+    }
+    fn error_code(&self) -> Option<i64> {
+        self.last()["error"]["code"].as_i64()
+    }
+    fn state(&self) -> String {
+        self.result()["requestState"].as_str().expect("a requestState").to_string()
+    }
+}
+
+impl Modern {
+    fn new(url: &str) -> Self {
+        Modern { http: reqwest::Client::new(), url: url.into(), capabilities: json!({"elicitation": {}, "sampling": {}, "roots": {}}) }
+    }
+
+    fn with_capabilities(url: &str, capabilities: Value) -> Self {
+        Modern { capabilities, ..Modern::new(url) }
+    }
+
+    /// POST `method` with `params` plus this client's `_meta` (and `meta_extra` in it).
+    async fn send(&self, id: Value, method: &str, mut params: Value, meta_extra: Value) -> Answer {
+        let mut meta = json!({
+            "io.modelcontextprotocol/protocolVersion": V,
+            "io.modelcontextprotocol/clientCapabilities": self.capabilities,
+            "io.modelcontextprotocol/clientInfo": {"name": "modern-test", "version": "1"},
+        });
+        for (k, v) in meta_extra.as_object().into_iter().flatten() {
+            meta[k] = v.clone();
+        }
+        params["_meta"] = meta;
+        let mut request = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", common::ACCEPT_BOTH)
+            .header("mcp-protocol-version", V)
+            .header("mcp-method", method);
+        if let Some(name) = params.get("name").or_else(|| params.get("uri")).and_then(Value::as_str) {
+            request = request.header("mcp-name", name);
+        }
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let res = request.body(body.to_string()).send().await.unwrap();
+        let status = res.status().as_u16();
+        assert!(res.headers().get("mcp-session-id").is_none(), "a modern request never gets a session");
+        Answer { status, messages: messages_of(res).await }
+    }
+
+    async fn call(&self, id: i64, tool: &str, arguments: Value) -> Answer {
+        self.send(json!(id), "tools/call", json!({"name": tool, "arguments": arguments}), json!({})).await
+    }
+
+    async fn retry(&self, id: i64, tool: &str, arguments: Value, state: &str, responses: Value) -> Answer {
+        let params = json!({"name": tool, "arguments": arguments, "requestState": state, "inputResponses": responses});
+        self.send(json!(id), "tools/call", params, json!({})).await
+    }
+}
+
+fn text(answer: &Answer) -> String {
+    answer.result()["content"][0]["text"].as_str().unwrap_or_default().to_string()
+}
+
+fn name_schema(field: &str) -> Value {
+    json!({"type": "object", "properties": {field: {"type": "string"}}, "required": [field]})
+}
+
+fn accept(field: &str, value: &str) -> Value {
+    json!({"action": "accept", "content": {field: value}})
+}
+
+/// Tools only these tests need.
+fn server_with_test_tools(config: ServerConfig) -> switchboard_node::Server {
+    static CANCELLED: AtomicBool = AtomicBool::new(false);
+    common::builder(config)
+        .tool(
+            ToolDef::new("ask_two", json!({"type": "object"}), |ctx, _| async move {
+                let (name, color) = tokio::join!(
+                    ctx.elicit_as("name", "Name?", name_schema("name")),
+                    ctx.elicit_as("color", "Color?", name_schema("color"))
+                );
+                let (name, color) = (name?, color?);
+                let field = |r: &switchboard_node::protocol::types::ElicitResult, f: &str| {
+                    r.content.as_ref().and_then(|c| c.get(f)).and_then(Value::as_str).unwrap_or("-").to_string()
+                };
+                Ok(CallToolResult::text(format!("{}/{}", field(&name, "name"), field(&color, "color"))))
+            })
+            .unwrap(),
+        )
+        .tool(
+            ToolDef::new("ask_then_report", json!({"type": "object"}), |ctx, _| async move {
+                ctx.elicit_as("go", "Go?", json!({"type": "object", "properties": {"ok": {"type": "boolean"}}})).await?;
+                ctx.progress(1.0, Some(1.0), Some("resumed"));
+                ctx.log(switchboard_node::protocol::types::LogLevel::Info, None, json!("after the answer"));
+                Ok(CallToolResult::text(format!("token={}", ctx.progress_token().unwrap_or(Value::Null))))
+            })
+            .unwrap(),
+        )
+        .tool(
+            ToolDef::new("ask_then_wait", json!({"type": "object"}), |ctx, _| async move {
+                ctx.elicit_as("go", "Go?", json!({"type": "object", "properties": {"ok": {"type": "boolean"}}})).await?;
+                // A cancelled handler is dropped where it waits: the guard tells.
+                struct SetOnDrop;
+                impl Drop for SetOnDrop {
+                    fn drop(&mut self) {
+                        CANCELLED.store(true, Ordering::SeqCst);
+                    }
+                }
+                let _dropped = SetOnDrop;
+                ctx.progress(0.5, None, Some("waiting for cancel"));
+                std::future::pending::<()>().await;
+                Ok(CallToolResult::text("never"))
+            })
+            .unwrap(),
+        )
+        .tool(
+            ToolDef::new("was_cancelled", json!({"type": "object"}), |_, _| async move {
+                Ok(CallToolResult::text(CANCELLED.load(Ordering::SeqCst).to_string()))
+            })
+            .unwrap(),
+        )
+        .build(Arc::new(InMemoryMailbox::new()), Arc::new(InMemorySessionStore::new(Duration::from_secs(3600))))
+}
+
+async fn start_with_test_tools(config: ServerConfig) -> common::TestServer {
+    common::start_server(server_with_test_tools(config), HttpConfig::default()).await
+}
+
+#[tokio::test]
+async fn discover_lists_versions_capabilities_and_server_info() {
+    let srv = start_default().await;
+    let client = Modern::new(&srv.url);
+    let answer = client.send(json!("d-1"), "server/discover", json!({}), json!({})).await;
+    assert_eq!(answer.status, 200);
+    let result = answer.result();
+    assert_eq!(answer.last()["id"], "d-1");
+    assert_eq!(result["resultType"], "complete");
+    assert_eq!(result["supportedVersions"], json!(["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"]));
+    assert_eq!(result["capabilities"]["tools"]["listChanged"], true);
+    assert_eq!(result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "switchboard-test");
+    assert_eq!((result["ttlMs"].clone(), result["cacheScope"].clone()), (json!(0), json!("public")));
+}
+
+#[tokio::test]
+async fn both_eras_share_the_endpoint() {
+    let srv = start_default().await;
+    // A legacy session works as before, at the same time.
+    let mut legacy = RawClient::new(&srv.url);
+    legacy.initialize().await;
+    assert!(legacy.call(1, "tools/list", json!({})).await["result"]["tools"].as_array().is_some_and(|t| !t.is_empty()));
+    let modern = Modern::new(&srv.url);
+    let listed = modern.send(json!(2), "tools/list", json!({}), json!({})).await;
+    assert_eq!(listed.status, 200);
+    let tools = listed.result()["tools"].as_array().unwrap();
+    assert!(tools.iter().any(|t| t["name"] == "test_simple_text"));
+    assert_eq!(listed.result()["resultType"], "complete");
+    assert!(listed.result()["ttlMs"].is_u64());
+    // Removed methods: 404 with -32601 and the request's own id.
+    for method in ["initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe", "unknown/method"] {
+        let answer = modern.send(json!(method), method, json!({}), json!({})).await;
+        assert_eq!((answer.status, answer.error_code()), (404, Some(-32601)), "{method}");
+        assert_eq!(answer.last()["id"], method);
+    }
+    // A session header on a modern request is ignored (not looked up, not echoed).
+    let res = reqwest::Client::new()
+        .post(&srv.url)
+        .header("content-type", "application/json")
+        .header("accept", common::ACCEPT_BOTH)
+        .header("mcp-protocol-version", V)
+        .header("mcp-method", "tools/list")
+        .header("mcp-session-id", "no-such-session")
+        .body(
+            json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"_meta": {
+            "io.modelcontextprotocol/protocolVersion": V, "io.modelcontextprotocol/clientCapabilities": {}}}})
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    // GET and DELETE have no meaning without sessions.
+    for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+        let res = reqwest::Client::new()
+            .request(method.clone(), &srv.url)
+            .header("accept", "text/event-stream")
+            .header("mcp-protocol-version", V)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 405, "{method}");
+        assert_eq!(res.headers()["allow"], "POST");
+    }
+    // Resource not found is -32602 with the URI in this era (-32002 stays legacy's).
+    let missing = modern.send(json!(4), "resources/read", json!({"uri": "test://nope"}), json!({})).await;
+    assert_eq!(missing.error_code(), Some(-32602));
+    assert_eq!(missing.last()["error"]["data"]["uri"], "test://nope");
+    let legacy_missing = legacy.call(5, "resources/read", json!({"uri": "test://nope"})).await;
+    assert_eq!(legacy_missing["error"]["code"], -32002);
+}
+
+#[tokio::test]
+async fn an_elicitation_takes_two_requests_and_its_state_is_single_use() {
+    let srv = start_default().await;
+    let client = Modern::new(&srv.url);
+    let args = json!({"message": "hi"});
+    let first = client.call(1, "test_elicitation", args.clone()).await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.result()["resultType"], "input_required");
+    let (key, request) = first.result()["inputRequests"].as_object().unwrap().iter().next().map(|(k, v)| (k.clone(), v.clone())).unwrap();
+    assert_eq!(request["method"], "elicitation/create");
+    assert_eq!(request["params"]["message"], "hi");
+    assert!(first.result().get("ttlMs").is_none(), "input_required is never cached");
+    let state = first.state();
+    let answer = json!({key.clone(): {"action": "accept", "content": {"username": "ada", "email": "ada@example.com"}}});
+    let second = client.retry(2, "test_elicitation", args.clone(), &state, answer.clone()).await;
+    assert_eq!(second.last()["id"], 2, "answered under the retry's own id");
+    assert_eq!(second.result()["resultType"], "complete");
+    assert!(text(&second).contains("ada@example.com"), "{}", text(&second));
+    // The same state again: refused, and the message says why.
+    let again = client.retry(3, "test_elicitation", args, &state, answer).await;
+    assert_eq!(again.error_code(), Some(-32602));
+    assert!(again.last()["error"]["message"].as_str().unwrap().contains("already used"));
+    assert_eq!(srv.server.metrics().mrtr_rejected_count("consumed"), 1);
+}
+
+#[tokio::test]
+async fn altered_foreign_and_misapplied_states_are_refused_without_consuming_the_round() {
+    let srv = start_default().await;
+    let client = Modern::new(&srv.url);
+    let args = json!({"message": "hi"});
+    let first = client.call(1, "test_elicitation", args.clone()).await;
+    let state = first.state();
+    let key = first.result()["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
+    let answer = json!({key.clone(): {"action": "accept", "content": {"username": "a", "email": "b"}}});
+    let cases = [
+        (format!("{state}-TAMPERED"), args.clone(), answer.clone(), "altered"),
+        ("sbs1.AAAA".to_string(), args.clone(), answer.clone(), "altered"),
+        (state.clone(), json!({"message": "another"}), answer.clone(), "another call"),
+        (state.clone(), args.clone(), json!({key.clone(): 12345}), "malformed"),
+    ];
+    for (i, (state, arguments, responses, why)) in cases.into_iter().enumerate() {
+        let refused = client.retry(10 + i as i64, "test_elicitation", arguments, &state, responses).await;
+        assert_eq!(refused.error_code(), Some(-32602), "{why}: {:?}", refused.messages);
+        assert!(refused.last()["error"]["message"].as_str().unwrap().contains(why), "{why}: {}", refused.last());
+    }
+    // Another cluster's state (another key) is refused as altered too.
+    let other = start_default().await;
+    let foreign = Modern::new(&other.url).retry(20, "test_elicitation", args.clone(), &state, answer.clone()).await;
+    assert_eq!(foreign.error_code(), Some(-32602));
+    // None of those consumed the round: the genuine retry completes.
+    let done = client.retry(30, "test_elicitation", args, &state, answer).await;
+    assert_eq!(done.result()["resultType"], "complete", "{:?}", done.messages);
+    let metrics = srv.server.metrics();
+    assert_eq!((metrics.mrtr_rejected_count("tampered"), metrics.mrtr_rejected_count("wrong_call")), (2, 1));
+    assert_eq!(metrics.mrtr_rejected_count("malformed"), 1);
+}
+
+#[tokio::test]
+async fn concurrent_asks_share_a_round_and_missing_keys_are_asked_again() {
+    let srv = start_with_test_tools(ServerConfig::default()).await;
+    let client = Modern::new(&srv.url);
+    let first = client.call(1, "ask_two", json!({})).await;
+    let asked: Vec<&String> = first.result()["inputRequests"].as_object().unwrap().keys().collect();
+    assert_eq!(asked, vec!["color", "name"], "both asks in one round");
+    // Answer one (and a key nobody asked): only the other is asked again, with a fresh state.
+    let partial = client.retry(2, "ask_two", json!({}), &first.state(), json!({"name": accept("name", "ada"), "extra": {}})).await;
+    assert_eq!(partial.result()["resultType"], "input_required", "{:?}", partial.messages);
+    let asked: Vec<&String> = partial.result()["inputRequests"].as_object().unwrap().keys().collect();
+    assert_eq!(asked, vec!["color"]);
+    assert_ne!(partial.state(), first.state());
+    let done = client.retry(3, "ask_two", json!({}), &partial.state(), json!({"color": accept("color", "red")})).await;
+    assert_eq!(text(&done), "ada/red");
+}
+
+#[tokio::test]
+async fn answers_sent_with_a_fresh_call_are_taken_and_bad_ones_refused() {
+    let srv = start_with_test_tools(ServerConfig::default()).await;
+    let client = Modern::new(&srv.url);
+    // Both answers ahead of time: no round trip at all.
+    let params = json!({"name": "ask_two", "arguments": {}, "inputResponses": {"name": accept("name", "x"), "color": accept("color", "y"), "zzz": 1}});
+    let answer = client.send(json!(1), "tools/call", params, json!({})).await;
+    assert_eq!(text(&answer), "x/y");
+    // One ahead: the other is asked.
+    let params = json!({"name": "ask_two", "arguments": {}, "inputResponses": {"name": accept("name", "x")}});
+    let answer = client.send(json!(2), "tools/call", params, json!({})).await;
+    assert_eq!(answer.result()["inputRequests"].as_object().unwrap().keys().collect::<Vec<_>>(), vec!["color"]);
+    // A malformed answer is an invalid-params error, not a tool result.
+    let params = json!({"name": "ask_two", "arguments": {}, "inputResponses": {"name": 12345}});
+    let answer = client.send(json!(3), "tools/call", params, json!({})).await;
+    assert_eq!(answer.error_code(), Some(-32602), "{:?}", answer.messages);
+    let params = json!({"name": "ask_two", "arguments": {}, "inputResponses": null});
+    let answer = client.send(json!(4), "tools/call", params, json!({})).await;
+    assert_eq!(answer.result()["resultType"], "input_required");
+}
+
+#[tokio::test]
+async fn a_capability_the_request_did_not_declare_is_never_asked_for() {
+    let srv = start_default().await;
+    let client = Modern::with_capabilities(&srv.url, json!({}));
+    let answer = client.call(1, "test_sampling", json!({"prompt": "p"})).await;
+    assert_eq!(answer.status, 400);
+    assert_eq!(answer.error_code(), Some(-32021));
+    assert_eq!(answer.last()["error"]["data"]["requiredCapabilities"], json!({"sampling": {}}));
+}
+
+#[tokio::test]
+async fn after_a_resume_notifications_go_to_the_retry_with_its_token_and_level() {
+    let srv = start_with_test_tools(ServerConfig::default()).await;
+    let client = Modern::new(&srv.url);
+    let first = client.send(json!(1), "tools/call", json!({"name": "ask_then_report"}), json!({"progressToken": "first"})).await;
+    let params = json!({"name": "ask_then_report", "requestState": first.state(), "inputResponses": {"go": {"action": "accept", "content": {"ok": true}}}});
+    let retried =
+        client.send(json!(2), "tools/call", params, json!({"progressToken": "second", "io.modelcontextprotocol/logLevel": "info"})).await;
+    let methods: Vec<&str> = retried.messages.iter().filter_map(|m| m["method"].as_str()).collect();
+    assert_eq!(methods, vec!["notifications/progress", "notifications/message"], "{:?}", retried.messages);
+    assert_eq!(retried.messages[0]["params"]["progressToken"], "second");
+    assert_eq!(text(&retried), "token=\"second\"");
+    // Without a log level in the request, no log notification.
+    let first = client.send(json!(3), "tools/call", json!({"name": "ask_then_report"}), json!({})).await;
+    let params = json!({"name": "ask_then_report", "requestState": first.state(), "inputResponses": {"go": {"action": "accept", "content": {"ok": true}}}});
+    let retried = client.send(json!(4), "tools/call", params, json!({})).await;
+    assert!(retried.messages.iter().all(|m| m["method"] != "notifications/message"), "{:?}", retried.messages);
+}
+
+#[tokio::test]
+async fn a_client_that_never_retries_leaves_nothing_behind() {
+    let config = ServerConfig { elicitation_timeout: Duration::from_millis(300), ..ServerConfig::default() };
+    let srv = start(config, HttpConfig::default()).await;
+    let client = Modern::new(&srv.url);
+    let args = json!({"message": "hi"});
+    let first = client.call(1, "test_elicitation", args.clone()).await;
+    assert_eq!(srv.server.metrics().mrtr_parked_count(), 1);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while srv.server.metrics().mrtr_round_count("abandoned") == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the parked call was never given up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(srv.server.metrics().mrtr_parked_count(), 0);
+    let late = client.retry(2, "test_elicitation", args, &first.state(), json!({})).await;
+    assert_eq!(late.error_code(), Some(-32602));
+    assert!(late.last()["error"]["message"].as_str().unwrap().contains("expired"), "{}", late.last());
+}
+
+#[tokio::test]
+async fn closing_the_retry_cancels_the_handler() {
+    let srv = start_with_test_tools(ServerConfig::default()).await;
+    let client = Modern::new(&srv.url);
+    let first = client.call(1, "ask_then_wait", json!({})).await;
+    let params = json!({"name": "ask_then_wait", "arguments": {}, "requestState": first.state(),
+        "inputResponses": {"go": {"action": "accept", "content": {"ok": true}}}, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": V, "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}});
+    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params});
+    let retry = reqwest::Client::new()
+        .post(&srv.url)
+        .header("content-type", "application/json")
+        .header("accept", common::ACCEPT_BOTH)
+        .header("mcp-protocol-version", V)
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "ask_then_wait")
+        .timeout(Duration::from_millis(500))
+        .body(body.to_string())
+        .send()
+        .await;
+    // The retry is answered only when the handler ends; the client gives up first.
+    if let Ok(res) = retry {
+        assert!(res.text().await.is_err(), "the handler ended without being cancelled");
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let answer = client.call(3, "was_cancelled", json!({})).await;
+        if text(&answer) == "true" {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the handler was not cancelled");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
