@@ -3,46 +3,10 @@
 
 mod common;
 
-use common::cluster::{McpServerFor, TestCluster};
+use common::mcp_cluster::McpCluster;
 use common::{RawClient, countdown_broken_after, data, park_confirm, progress_values, read_events};
 use serde_json::json;
-use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
-use switchboard_node::cluster::ClusterStores;
-use switchboard_node::server::ServerConfig;
-use switchboard_node::server::correlation::IdSealer;
-use switchboard_node::transport::http;
-
-struct McpCluster {
-    raft: TestCluster,
-    urls: Vec<String>,
-    servers: Vec<switchboard_node::Server>,
-}
-
-async fn start() -> McpCluster {
-    start_with(|_| {}).await
-}
-
-async fn start_with(tweak: fn(&mut switchboard_node::raft::RaftNodeConfig)) -> McpCluster {
-    let sealer = Arc::new(IdSealer::random());
-    let build: McpServerFor = Arc::new(move |i, stores: ClusterStores| {
-        common::builder(ServerConfig { node_id: i as u64, ..Default::default() })
-            .id_sealer(sealer.clone())
-            .cluster(stores.link)
-            .build(stores.mailbox, stores.sessions)
-    });
-    let raft = TestCluster::start_tweaked_with_mcp(3, tweak, build).await;
-    let (mut urls, mut servers) = (Vec::new(), Vec::new());
-    for member in raft.members.iter().map(|m| m.as_ref().unwrap()) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr: SocketAddr = listener.local_addr().unwrap();
-        tokio::spawn(http::serve(listener, member.mcp_router().unwrap(), std::future::pending()));
-        urls.push(format!("http://{addr}/mcp"));
-        servers.push(member.server().unwrap().clone());
-    }
-    McpCluster { raft, urls, servers }
-}
 
 /// The same session, talking to node `i`.
 fn on(client: &RawClient, cluster: &McpCluster, i: usize) -> RawClient {
@@ -51,7 +15,7 @@ fn on(client: &RawClient, cluster: &McpCluster, i: usize) -> RawClient {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_made_on_one_node_works_on_every_node_at_once() {
-    let mut cluster = start().await;
+    let mut cluster = McpCluster::start().await;
     let mut client = RawClient::new(&cluster.urls[0]);
     client.initialize().await;
     for i in 0..3 {
@@ -79,7 +43,7 @@ async fn a_session_made_on_one_node_works_on_every_node_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_to_another_node_wakes_the_tool_on_its_owner() {
-    let mut cluster = start().await;
+    let mut cluster = McpCluster::start().await;
     let mut client = RawClient::new(&cluster.urls[0]);
     client.initialize().await;
     let (mut res, mut buffer, request) = park_confirm(&client, 1, "ship").await;
@@ -99,7 +63,7 @@ async fn an_answer_to_another_node_wakes_the_tool_on_its_owner() {
 /// heals is delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_that_cannot_be_committed_gets_a_retryable_503_and_its_retry_delivers() {
-    let mut cluster = start().await;
+    let mut cluster = McpCluster::start().await;
     let leader = cluster.raft.wait_for_leader(Duration::from_secs(10)).await;
     let (owner, cut) = match leader {
         0 => (1, 2),
@@ -137,7 +101,7 @@ async fn an_answer_that_cannot_be_committed_gets_a_retryable_503_and_its_retry_d
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_broken_on_one_node_resumes_through_another() {
-    let mut cluster = start().await;
+    let mut cluster = McpCluster::start().await;
     let mut client = RawClient::new(&cluster.urls[0]);
     client.initialize().await;
     let before = countdown_broken_after(&client, 3).await;
@@ -156,7 +120,7 @@ async fn a_stream_broken_on_one_node_resumes_through_another() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancellation_sent_to_another_node_stops_the_request() {
-    let mut cluster = start().await;
+    let mut cluster = McpCluster::start().await;
     let mut client = RawClient::new(&cluster.urls[0]);
     client.initialize().await;
     let call = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
@@ -173,7 +137,7 @@ async fn a_cancellation_sent_to_another_node_stops_the_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notifications_reach_the_standalone_stream_on_whichever_node_holds_it() {
-    let mut cluster = start().await;
+    let mut cluster = McpCluster::start().await;
     let mut client = RawClient::new(&cluster.urls[0]);
     client.initialize().await;
     // Subscribe through node 1, hold the GET stream on node 2, publish on node 0.
@@ -200,7 +164,7 @@ async fn notifications_reach_the_standalone_stream_on_whichever_node_holds_it() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_is_too_large_to_replicate_is_refused_to_the_client_and_changes_nothing() {
     const LIMIT: usize = 64 * 1024;
-    let mut cluster = start_with(|c| c.max_entry_bytes = 64 * 1024).await;
+    let mut cluster = McpCluster::start_with(|c| c.max_entry_bytes = 64 * 1024).await;
     let pending_mailboxes = |cluster: &McpCluster| cluster.raft.node(0).sm.read(|sm| sm.pending_mailboxes());
 
     // A session record over the limit: invalid params, no session.

@@ -3,163 +3,12 @@
 
 mod common;
 
-use common::{RawClient, messages_of, start, start_default};
-use serde_json::{Value, json};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use common::modern::{Modern, V, accept, text, was_dropped};
+use common::{RawClient, start, start_default};
+use serde_json::json;
 use std::time::Duration;
-use switchboard_node::mailbox::InMemoryMailbox;
-use switchboard_node::protocol::types::CallToolResult;
-use switchboard_node::server::{ServerConfig, ToolDef};
-use switchboard_node::session::InMemorySessionStore;
+use switchboard_node::server::ServerConfig;
 use switchboard_node::transport::http::HttpConfig;
-
-const V: &str = "2026-07-28";
-
-/// A 2026-07-28 client: every request carries its version and capabilities in `_meta` and
-/// the headers that repeat them.
-struct Modern {
-    http: reqwest::Client,
-    url: String,
-    capabilities: Value,
-}
-
-struct Answer {
-    status: u16,
-    /// Every message of the answer (notifications first, the response last).
-    messages: Vec<Value>,
-}
-
-impl Answer {
-    fn last(&self) -> &Value {
-        self.messages.last().expect("an answer has a message")
-    }
-    fn result(&self) -> &Value {
-        &self.last()["result"]
-    }
-    fn error_code(&self) -> Option<i64> {
-        self.last()["error"]["code"].as_i64()
-    }
-    fn state(&self) -> String {
-        self.result()["requestState"].as_str().expect("a requestState").to_string()
-    }
-}
-
-impl Modern {
-    fn new(url: &str) -> Self {
-        Modern { http: reqwest::Client::new(), url: url.into(), capabilities: json!({"elicitation": {}, "sampling": {}, "roots": {}}) }
-    }
-
-    fn with_capabilities(url: &str, capabilities: Value) -> Self {
-        Modern { capabilities, ..Modern::new(url) }
-    }
-
-    /// POST `method` with `params` plus this client's `_meta` (and `meta_extra` in it).
-    async fn send(&self, id: Value, method: &str, mut params: Value, meta_extra: Value) -> Answer {
-        let mut meta = json!({
-            "io.modelcontextprotocol/protocolVersion": V,
-            "io.modelcontextprotocol/clientCapabilities": self.capabilities,
-            "io.modelcontextprotocol/clientInfo": {"name": "modern-test", "version": "1"},
-        });
-        for (k, v) in meta_extra.as_object().into_iter().flatten() {
-            meta[k] = v.clone();
-        }
-        params["_meta"] = meta;
-        let mut request = self
-            .http
-            .post(&self.url)
-            .header("content-type", "application/json")
-            .header("accept", common::ACCEPT_BOTH)
-            .header("mcp-protocol-version", V)
-            .header("mcp-method", method);
-        if let Some(name) = params.get("name").or_else(|| params.get("uri")).and_then(Value::as_str) {
-            request = request.header("mcp-name", name);
-        }
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let res = request.body(body.to_string()).send().await.unwrap();
-        let status = res.status().as_u16();
-        assert!(res.headers().get("mcp-session-id").is_none(), "a modern request never gets a session");
-        Answer { status, messages: messages_of(res).await }
-    }
-
-    async fn call(&self, id: i64, tool: &str, arguments: Value) -> Answer {
-        self.send(json!(id), "tools/call", json!({"name": tool, "arguments": arguments}), json!({})).await
-    }
-
-    async fn retry(&self, id: i64, tool: &str, arguments: Value, state: &str, responses: Value) -> Answer {
-        let params = json!({"name": tool, "arguments": arguments, "requestState": state, "inputResponses": responses});
-        self.send(json!(id), "tools/call", params, json!({})).await
-    }
-}
-
-fn text(answer: &Answer) -> String {
-    answer.result()["content"][0]["text"].as_str().unwrap_or_default().to_string()
-}
-
-fn name_schema(field: &str) -> Value {
-    json!({"type": "object", "properties": {field: {"type": "string"}}, "required": [field]})
-}
-
-fn accept(field: &str, value: &str) -> Value {
-    json!({"action": "accept", "content": {field: value}})
-}
-
-/// Tools only these tests need.
-fn server_with_test_tools(config: ServerConfig) -> switchboard_node::Server {
-    static CANCELLED: AtomicBool = AtomicBool::new(false);
-    common::builder(config)
-        .tool(
-            ToolDef::new("ask_two", json!({"type": "object"}), |ctx, _| async move {
-                let (name, color) = tokio::join!(
-                    ctx.elicit_as("name", "Name?", name_schema("name")),
-                    ctx.elicit_as("color", "Color?", name_schema("color"))
-                );
-                let (name, color) = (name?, color?);
-                let field = |r: &switchboard_node::protocol::types::ElicitResult, f: &str| {
-                    r.content.as_ref().and_then(|c| c.get(f)).and_then(Value::as_str).unwrap_or("-").to_string()
-                };
-                Ok(CallToolResult::text(format!("{}/{}", field(&name, "name"), field(&color, "color"))))
-            })
-            .unwrap(),
-        )
-        .tool(
-            ToolDef::new("ask_then_report", json!({"type": "object"}), |ctx, _| async move {
-                ctx.elicit_as("go", "Go?", json!({"type": "object", "properties": {"ok": {"type": "boolean"}}})).await?;
-                ctx.progress(1.0, Some(1.0), Some("resumed"));
-                ctx.log(switchboard_node::protocol::types::LogLevel::Info, None, json!("after the answer"));
-                Ok(CallToolResult::text(format!("token={}", ctx.progress_token().unwrap_or(Value::Null))))
-            })
-            .unwrap(),
-        )
-        .tool(
-            ToolDef::new("ask_then_wait", json!({"type": "object"}), |ctx, _| async move {
-                ctx.elicit_as("go", "Go?", json!({"type": "object", "properties": {"ok": {"type": "boolean"}}})).await?;
-                // A cancelled handler is dropped where it waits: the guard tells.
-                struct SetOnDrop;
-                impl Drop for SetOnDrop {
-                    fn drop(&mut self) {
-                        CANCELLED.store(true, Ordering::SeqCst);
-                    }
-                }
-                let _dropped = SetOnDrop;
-                ctx.progress(0.5, None, Some("waiting for cancel"));
-                std::future::pending::<()>().await;
-                Ok(CallToolResult::text("never"))
-            })
-            .unwrap(),
-        )
-        .tool(
-            ToolDef::new("was_cancelled", json!({"type": "object"}), |_, _| async move {
-                Ok(CallToolResult::text(CANCELLED.load(Ordering::SeqCst).to_string()))
-            })
-            .unwrap(),
-        )
-        .build(Arc::new(InMemoryMailbox::new()), Arc::new(InMemorySessionStore::new(Duration::from_secs(3600))))
-}
-
-async fn start_with_test_tools(config: ServerConfig) -> common::TestServer {
-    common::start_server(server_with_test_tools(config), HttpConfig::default()).await
-}
 
 #[tokio::test]
 async fn discover_lists_versions_capabilities_and_server_info() {
@@ -292,7 +141,7 @@ async fn altered_foreign_and_misapplied_states_are_refused_without_consuming_the
 
 #[tokio::test]
 async fn concurrent_asks_share_a_round_and_missing_keys_are_asked_again() {
-    let srv = start_with_test_tools(ServerConfig::default()).await;
+    let srv = start_default().await;
     let client = Modern::new(&srv.url);
     let first = client.call(1, "ask_two", json!({})).await;
     let asked: Vec<&String> = first.result()["inputRequests"].as_object().unwrap().keys().collect();
@@ -309,7 +158,7 @@ async fn concurrent_asks_share_a_round_and_missing_keys_are_asked_again() {
 
 #[tokio::test]
 async fn answers_sent_with_a_fresh_call_are_taken_and_bad_ones_refused() {
-    let srv = start_with_test_tools(ServerConfig::default()).await;
+    let srv = start_default().await;
     let client = Modern::new(&srv.url);
     // Both answers ahead of time: no round trip at all.
     let params = json!({"name": "ask_two", "arguments": {}, "inputResponses": {"name": accept("name", "x"), "color": accept("color", "y"), "zzz": 1}});
@@ -340,7 +189,7 @@ async fn a_capability_the_request_did_not_declare_is_never_asked_for() {
 
 #[tokio::test]
 async fn after_a_resume_notifications_go_to_the_retry_with_its_token_and_level() {
-    let srv = start_with_test_tools(ServerConfig::default()).await;
+    let srv = start_default().await;
     let client = Modern::new(&srv.url);
     let first = client.send(json!(1), "tools/call", json!({"name": "ask_then_report"}), json!({"progressToken": "first"})).await;
     let params = json!({"name": "ask_then_report", "requestState": first.state(), "inputResponses": {"go": {"action": "accept", "content": {"ok": true}}}});
@@ -378,10 +227,10 @@ async fn a_client_that_never_retries_leaves_nothing_behind() {
 
 #[tokio::test]
 async fn closing_the_retry_cancels_the_handler() {
-    let srv = start_with_test_tools(ServerConfig::default()).await;
+    let srv = start_default().await;
     let client = Modern::new(&srv.url);
-    let first = client.call(1, "ask_then_wait", json!({})).await;
-    let params = json!({"name": "ask_then_wait", "arguments": {}, "requestState": first.state(),
+    let first = client.call(1, "ask_then_wait", json!({"flag": "one-node"})).await;
+    let params = json!({"name": "ask_then_wait", "arguments": {"flag": "one-node"}, "requestState": first.state(),
         "inputResponses": {"go": {"action": "accept", "content": {"ok": true}}}, "_meta": {
         "io.modelcontextprotocol/protocolVersion": V, "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}});
     let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params});
@@ -401,11 +250,7 @@ async fn closing_the_retry_cancels_the_handler() {
         assert!(res.text().await.is_err(), "the handler ended without being cancelled");
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let answer = client.call(3, "was_cancelled", json!({})).await;
-        if text(&answer) == "true" {
-            break;
-        }
+    while !was_dropped("one-node") {
         assert!(tokio::time::Instant::now() < deadline, "the handler was not cancelled");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -287,9 +287,24 @@ mod tests {
             (h(None, Some("tools/call"), Some("echo")), "tools/call", ok_call.clone(), Some((400, HEADER_MISMATCH))),
             // 2. `_meta` missing, or without version or capabilities.
             (h(Some(v), Some("server/discover"), None), "server/discover", json!({}), Some((400, INVALID_PARAMS))),
-            (h(Some(v), Some("server/discover"), None), "server/discover", json!({"_meta": {META_CLIENT_CAPABILITIES: {}}}), Some((400, INVALID_PARAMS))),
-            (h(Some(v), Some("server/discover"), None), "server/discover", json!({"_meta": {META_PROTOCOL_VERSION: v}}), Some((400, INVALID_PARAMS))),
-            (h(Some(v), Some("server/discover"), None), "server/discover", json!({"_meta": {META_PROTOCOL_VERSION: v, META_CLIENT_CAPABILITIES: []}}), Some((400, INVALID_PARAMS))),
+            (
+                h(Some(v), Some("server/discover"), None),
+                "server/discover",
+                json!({"_meta": {META_CLIENT_CAPABILITIES: {}}}),
+                Some((400, INVALID_PARAMS)),
+            ),
+            (
+                h(Some(v), Some("server/discover"), None),
+                "server/discover",
+                json!({"_meta": {META_PROTOCOL_VERSION: v}}),
+                Some((400, INVALID_PARAMS)),
+            ),
+            (
+                h(Some(v), Some("server/discover"), None),
+                "server/discover",
+                json!({"_meta": {META_PROTOCOL_VERSION: v, META_CLIENT_CAPABILITIES: []}}),
+                Some((400, INVALID_PARAMS)),
+            ),
             // 3. Header and `_meta` disagree: a mismatch even when `_meta` names an unknown version.
             (h(Some(v), Some("tools/list"), None), "tools/list", json!({"_meta": modern_meta("v999.0.0")}), Some((400, HEADER_MISMATCH))),
             // 4. Mcp-Method / Mcp-Name missing or wrong or undecodable.
@@ -299,15 +314,35 @@ mod tests {
             (h(Some(v), Some("tools/call"), Some("other")), "tools/call", ok_call.clone(), Some((400, HEADER_MISMATCH))),
             (h(Some(v), Some("tools/call"), Some("=?base64?!!?=")), "tools/call", ok_call.clone(), Some((400, HEADER_MISMATCH))),
             // 5. A version not served statelessly, handshake-era ones included.
-            (h(Some("v999.0.0"), Some("tools/list"), None), "tools/list", json!({"_meta": modern_meta("v999.0.0")}), Some((400, UNSUPPORTED_PROTOCOL_VERSION))),
-            (h(Some("2025-11-25"), Some("tools/list"), None), "tools/list", json!({"_meta": modern_meta("2025-11-25")}), Some((400, UNSUPPORTED_PROTOCOL_VERSION))),
+            (
+                h(Some("v999.0.0"), Some("tools/list"), None),
+                "tools/list",
+                json!({"_meta": modern_meta("v999.0.0")}),
+                Some((400, UNSUPPORTED_PROTOCOL_VERSION)),
+            ),
+            (
+                h(Some("2025-11-25"), Some("tools/list"), None),
+                "tools/list",
+                json!({"_meta": modern_meta("2025-11-25")}),
+                Some((400, UNSUPPORTED_PROTOCOL_VERSION)),
+            ),
             // 6. Removed and unknown methods.
             (h(Some(v), Some("initialize"), None), "initialize", json!({"_meta": modern_meta(v)}), Some((404, METHOD_NOT_FOUND))),
             (h(Some(v), Some("ping"), None), "ping", json!({"_meta": modern_meta(v)}), Some((404, METHOD_NOT_FOUND))),
-            (h(Some(v), Some("resources/subscribe"), None), "resources/subscribe", json!({"_meta": modern_meta(v)}), Some((404, METHOD_NOT_FOUND))),
+            (
+                h(Some(v), Some("resources/subscribe"), None),
+                "resources/subscribe",
+                json!({"_meta": modern_meta(v)}),
+                Some((404, METHOD_NOT_FOUND)),
+            ),
             (h(Some(v), Some("unknown/method"), None), "unknown/method", json!({"_meta": modern_meta(v)}), Some((404, METHOD_NOT_FOUND))),
             // 7. A log level that is none.
-            (h(Some(v), Some("tools/list"), None), "tools/list", json!({"_meta": {META_PROTOCOL_VERSION: v, META_CLIENT_CAPABILITIES: {}, META_LOG_LEVEL: "loud"}}), Some((400, INVALID_PARAMS))),
+            (
+                h(Some(v), Some("tools/list"), None),
+                "tools/list",
+                json!({"_meta": {META_PROTOCOL_VERSION: v, META_CLIENT_CAPABILITIES: {}, META_LOG_LEVEL: "loud"}}),
+                Some((400, INVALID_PARAMS)),
+            ),
         ];
         for (headers, method, params, expected) in table {
             let got = validate(&headers, method, Some(&params)).map(drop).map_err(|r| (r.status, r.error.code));

@@ -2,6 +2,8 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod mcp_cluster;
+pub mod modern;
 
 use serde_json::{Value, json};
 use std::net::SocketAddr;
@@ -41,7 +43,7 @@ pub struct TestServer {
 /// The stock tools, the conformance set, and a few tools only tests need.
 pub fn builder(config: ServerConfig) -> ServerBuilder {
     let builder = ServerBuilder::new("switchboard-test", "0.0.0").config(config);
-    let builder = ToolSet::Conformance.register(ToolSet::Default.register(builder));
+    let builder = modern::register_test_tools(ToolSet::Conformance.register(ToolSet::Default.register(builder)));
     builder.tool(
         ToolDef::new("wait_for_cancel", json!({"type": "object"}), |ctx, _| async move {
             // Emit something first so the response is a stream the test can watch.
