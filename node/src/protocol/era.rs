@@ -88,11 +88,13 @@ fn meta(params: Option<&Value>) -> Option<&serde_json::Map<String, Value>> {
 
 /// The headers of a modern request, as text (a value that is not visible ASCII is passed as
 /// `Some("")`, which matches nothing).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct ModernHeaders<'a> {
     pub protocol_version: Option<&'a str>,
     pub method: Option<&'a str>,
     pub name: Option<&'a str>,
+    /// `Mcp-Param-{Name}` headers: `(Name, value)`.
+    pub params: Vec<(&'a str, &'a str)>,
 }
 
 /// What the server takes from a modern request's `_meta`.
@@ -104,6 +106,9 @@ pub struct ModernMeta {
     /// `notifications/message` at or above this level; `None`: none at all.
     pub log_level: Option<LogLevel>,
     pub progress_token: Option<Value>,
+    /// The `Mcp-Param-{Name}` headers it came with, checked against the tool's annotated
+    /// arguments once the tool is known ([`check_param_headers`]).
+    pub param_headers: Vec<(String, String)>,
 }
 
 /// A modern request refused before it ran: the HTTP status and the JSON-RPC error (sent with
@@ -219,7 +224,34 @@ pub fn validate(headers: &ModernHeaders, method: &str, params: Option<&Value>) -
             })?),
         };
     let client_info = meta.get(META_CLIENT_INFO).and_then(|v| serde_json::from_value::<Implementation>(v.clone()).ok());
-    Ok(ModernMeta { version, capabilities, client_info, log_level, progress_token: meta.get("progressToken").cloned() })
+    let param_headers = headers.params.iter().map(|(name, value)| (name.to_string(), value.to_string())).collect();
+    Ok(ModernMeta { version, capabilities, client_info, log_level, progress_token: meta.get("progressToken").cloned(), param_headers })
+}
+
+/// SEP-2243: every argument a tool annotates with `x-mcp-header` must be mirrored, equal, in
+/// its `Mcp-Param-{Name}` header (decoded like `Mcp-Name`), so that a proxy routing on the
+/// header routes on the truth. `declared` is the tool's `(argument, header)` list, `sent` the
+/// request's headers.
+pub fn check_param_headers(declared: &[(String, String)], arguments: Option<&Value>, sent: &[(String, String)]) -> Result<(), ErrorObject> {
+    for (argument, header) in declared {
+        let body = match arguments.and_then(|a| a.get(argument)) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(text)) => Some(text.clone()),
+            Some(other) => Some(other.to_string()),
+        };
+        let raw = sent.iter().find(|(name, _)| name.eq_ignore_ascii_case(header)).map(|(_, value)| value.as_str());
+        let mismatch = |why: String| Err(ErrorObject::new(HEADER_MISMATCH, format!("Header mismatch: Mcp-Param-{header} {why}")));
+        match (raw.map(decode_header_value), body) {
+            (None, None) => {}
+            (None, Some(_)) => return mismatch(format!("header is required: argument {argument} is set")),
+            (Some(None), _) => return mismatch("header value is not valid =?base64?…?=".into()),
+            (Some(Some(value)), Some(body)) if value == body => {}
+            (Some(Some(value)), body) => {
+                return mismatch(format!("header value '{value}' does not match body value '{}'", body.unwrap_or_default()));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// 404 is the status of an unknown method; every other rejection is 400.
@@ -273,6 +305,7 @@ mod tests {
             protocol_version: version,
             method,
             name,
+            params: Vec::new(),
         };
         #[rustfmt::skip]
         /// Headers, method, params, and the refusal expected (`None`: accepted).
@@ -351,8 +384,25 @@ mod tests {
     }
 
     #[test]
+    fn mirrored_arguments_must_match_their_headers() {
+        let declared = vec![("region".to_string(), "Region".to_string())];
+        let args = json!({"region": "Hello"});
+        let sent = |v: &str| vec![("region".to_string(), v.to_string())];
+        assert!(check_param_headers(&declared, Some(&args), &sent("=?base64?SGVsbG8=?=")).is_ok());
+        assert!(check_param_headers(&declared, Some(&args), &sent("Hello")).is_ok());
+        assert!(check_param_headers(&declared, Some(&json!({"region": "SGVsbG8="})), &sent("SGVsbG8=")).is_ok(), "no prefix: literal");
+        for bad in ["=?base64?SGVsbG8?=", "=?base64?SGVs!!!bG8=?=", "Other"] {
+            let refused = check_param_headers(&declared, Some(&args), &sent(bad)).unwrap_err();
+            assert_eq!(refused.code, HEADER_MISMATCH, "{bad}");
+        }
+        assert!(check_param_headers(&declared, Some(&args), &[]).is_err(), "missing header");
+        assert!(check_param_headers(&declared, Some(&json!({})), &[]).is_ok(), "neither");
+        assert!(check_param_headers(&[], Some(&args), &sent("anything")).is_ok(), "not annotated: not checked");
+    }
+
+    #[test]
     fn unsupported_version_lists_what_is_served() {
-        let headers = ModernHeaders { protocol_version: Some("1900-01-01"), method: Some("tools/list"), name: None };
+        let headers = ModernHeaders { protocol_version: Some("1900-01-01"), method: Some("tools/list"), ..Default::default() };
         let rejection = validate(&headers, "tools/list", Some(&json!({"_meta": modern_meta("1900-01-01")}))).unwrap_err();
         let data = rejection.error.data.unwrap();
         assert_eq!(data["requested"], "1900-01-01");
@@ -362,7 +412,7 @@ mod tests {
 
     #[test]
     fn meta_fields_are_read() {
-        let headers = ModernHeaders { protocol_version: Some("2026-07-28"), method: Some("tools/list"), name: None };
+        let headers = ModernHeaders { protocol_version: Some("2026-07-28"), method: Some("tools/list"), ..Default::default() };
         let params = json!({"_meta": {
             META_PROTOCOL_VERSION: "2026-07-28",
             META_CLIENT_CAPABILITIES: {"sampling": {}},

@@ -74,6 +74,7 @@ impl ServerBuilder {
     /// Build the server. Inside a tokio runtime this also starts its periodic sweep of idle
     /// node-local session state (it ends with the last handle on the server).
     pub fn build(self, mailbox: Arc<dyn Mailbox>, sessions: Arc<dyn SessionStore>) -> Server {
+        let (announcements, announced) = tokio::sync::mpsc::unbounded_channel();
         let server = Server {
             inner: Arc::new(Inner {
                 cluster: self.cluster,
@@ -85,6 +86,7 @@ impl ServerBuilder {
                     metrics: self.metrics.unwrap_or_default(),
                     elicitation_timeout: self.config.elicitation_timeout,
                     sampling_timeout: self.config.sampling_timeout,
+                    announcements,
                 }),
                 instructions: self.instructions,
                 config: self.config,
@@ -99,6 +101,7 @@ impl ServerBuilder {
         };
         if tokio::runtime::Handle::try_current().is_ok() {
             server.spawn_local_sweep();
+            server.spawn_announcements(announced);
         }
         server
     }

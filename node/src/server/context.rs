@@ -6,6 +6,7 @@
 //! await a typed result.
 
 use super::correlation;
+use super::link::Notice;
 use super::local::LocalSession;
 use super::outbound::{Outbound, Outgoing};
 use super::rendezvous::Rendezvous;
@@ -160,6 +161,13 @@ impl RequestContext {
         let _ = self.send(Message::notification("notifications/message", params));
     }
 
+    /// Tell every client that listens, on every replica: a list changed
+    /// (`notifications/tools/list_changed`, …) or a resource was updated. For what the server
+    /// cannot see change by itself (a list computed from outside data).
+    pub fn announce(&self, notice: Notice) {
+        let _ = self.scope.rendezvous.announcements.send(notice);
+    }
+
     /// End the HTTP response carrying this request's stream; the client reconnects with
     /// `Last-Event-ID` and receives what followed (SSE polling, SEP-1699). Nothing in the
     /// 2026-07-28 era, whose streams cannot be resumed.
@@ -225,6 +233,12 @@ impl RequestContext {
             let validator = jsonschema::validator_for(&schema).map_err(|e| ClientRequestError::InvalidSchema(e.to_string()))?;
             let content = Value::Object(result.content.clone().unwrap_or_default());
             if let Some(errors) = validation_errors(&validator, &content) {
+                // A 2026-07-28 client sent it as a request parameter: invalid params.
+                if let Caller::Modern(call) = &self.scope.caller {
+                    call.fail(ErrorObject::invalid_params(format!(
+                        "accepted elicitation content does not match the requested schema: {errors}"
+                    )));
+                }
                 return Err(ClientRequestError::InvalidContent(errors));
             }
         }

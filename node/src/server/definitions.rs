@@ -57,6 +57,9 @@ pub type Completer = Arc<dyn Fn(&str, &str, &Map<String, Value>) -> Vec<String> 
 pub struct ToolDef {
     pub name: String,
     definition: Map<String, Value>,
+    /// Arguments a 2026-07-28 client mirrors in an `Mcp-Param-{header}` header (properties
+    /// annotated `x-mcp-header`): `(argument, header)`.
+    header_params: Vec<(String, String)>,
     input_validator: Arc<jsonschema::Validator>,
     output_validator: Option<Arc<jsonschema::Validator>>,
     handler: ToolHandler,
@@ -71,12 +74,20 @@ impl ToolDef {
     {
         let name = name.into();
         let input_validator = Arc::new(compile_schema(&name, &input_schema)?);
+        let header_params = input_schema
+            .get("properties")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter_map(|(argument, property)| Some((argument.clone(), property.get("x-mcp-header")?.as_str()?.to_string())))
+            .collect();
         let mut definition = Map::new();
         definition.insert("name".into(), json!(name));
         definition.insert("inputSchema".into(), input_schema);
         Ok(ToolDef {
             name,
             definition,
+            header_params,
             input_validator,
             output_validator: None,
             handler: Arc::new(move |ctx, args| Box::pin(handler(ctx, args))),
@@ -124,6 +135,11 @@ impl ToolDef {
 
     pub fn definition(&self) -> Value {
         Value::Object(self.definition.clone())
+    }
+
+    /// The arguments mirrored in `Mcp-Param-*` headers: `(argument, header name)`.
+    pub fn header_params(&self) -> &[(String, String)] {
+        &self.header_params
     }
 
     /// Validate the arguments, run the handler, check structured output.

@@ -8,7 +8,7 @@ use super::handle::{Server, server_capabilities};
 use super::mrtr::CallRequest;
 use super::outbound::{Outbound, Outgoing};
 use super::round::{ModernCall, ModernClient};
-use crate::protocol::era::{MRTR_METHODS, ModernMeta};
+use crate::protocol::era::{self, MRTR_METHODS, ModernMeta};
 use crate::protocol::jsonrpc::{ErrorObject, LIMIT_REACHED, Message, RequestId};
 use crate::protocol::types::ProtocolVersion;
 use serde_json::{Map, Value, json};
@@ -53,6 +53,12 @@ impl Server {
         let server = self.clone();
         tokio::spawn(async move {
             let params = params.unwrap_or_else(|| json!({}));
+            if method == "tools/call"
+                && let Err(error) = server.check_param_headers(&params, &meta.param_headers)
+            {
+                let _ = out.send(Outgoing::Message(Box::new(Message::error(Some(id), error))));
+                return;
+            }
             let client = ModernClient::from_meta(&meta);
             if MRTR_METHODS.contains(&method.as_str()) {
                 server.run_call(CallRequest { client, id, method, params, out, cancel }, place).await;
@@ -70,6 +76,17 @@ impl Server {
             };
             let _ = out.send(Outgoing::Message(Box::new(message)));
         });
+    }
+
+    /// The `Mcp-Param-*` headers of a `tools/call` against the arguments the tool annotates.
+    fn check_param_headers(&self, params: &Value, sent: &[(String, String)]) -> Result<(), ErrorObject> {
+        let name = params.get("name").and_then(Value::as_str).unwrap_or_default();
+        let tool = self.inner.offerings.read().unwrap().tools.iter().find(|t| t.name == name).cloned();
+        match tool {
+            Some(tool) => era::check_param_headers(tool.header_params(), params.get("arguments"), sent),
+            // An unknown tool is the handler's to refuse.
+            None => Ok(()),
+        }
     }
 
     async fn answer_plain(

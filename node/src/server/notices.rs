@@ -11,6 +11,7 @@ use crate::protocol::jsonrpc::Message;
 use crate::session::SessionId;
 use serde_json::json;
 use std::sync::Arc;
+use tokio::sync::mpsc;
 
 impl Server {
     /// Tell subscribed sessions that a resource changed (`notifications/resources/updated`),
@@ -60,6 +61,18 @@ impl Server {
 }
 
 impl Server {
+    /// Publish what handlers announce ([`crate::server::RequestContext::announce`]). Holds the
+    /// server weakly: the task ends with it.
+    pub(super) fn spawn_announcements(&self, mut announced: mpsc::UnboundedReceiver<Notice>) {
+        let inner = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            while let Some(notice) = announced.recv().await {
+                let Some(inner) = inner.upgrade() else { return };
+                Server { inner }.publish(notice);
+            }
+        });
+    }
+
     /// Open a `subscriptions/listen` stream on `out`: its acknowledgement first, then every
     /// notice it asked for, from any replica, until the stream closes.
     pub fn listen(&self, listener: Listener) {

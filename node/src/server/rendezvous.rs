@@ -3,11 +3,13 @@
 //! and every request context (a parked call holds one pointer to it).
 
 use super::correlation::IdSealer;
+use super::link::Notice;
 use crate::mailbox::{Mailbox, NodeId};
 use crate::metrics::Metrics;
 use crate::protocol::types::RequestKind;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::mpsc;
 
 pub(crate) struct Rendezvous {
     /// The node that owns the calls parked here (sealed into their ids).
@@ -17,6 +19,9 @@ pub(crate) struct Rendezvous {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) elicitation_timeout: Duration,
     pub(crate) sampling_timeout: Duration,
+    /// Notices handlers announce (a list they changed); the server publishes them to every
+    /// replica's streams.
+    pub(crate) announcements: mpsc::UnboundedSender<Notice>,
 }
 
 impl Rendezvous {

@@ -1,8 +1,10 @@
 //! The tools, prompts and resources `@modelcontextprotocol/conformance` exercises in server mode.
 //! Names, schemas and texts follow the suite's scenario sources.
 
-use crate::protocol::types::{CallToolResult, Content, CreateMessageParams, GetPromptResult, LogLevel, PromptMessage, ResourceContents};
-use crate::server::{HandlerResult, PromptDef, RequestContext, ResourceDef, ServerBuilder, ToolDef, arg_str};
+use crate::protocol::types::{
+    CallToolResult, Content, CreateMessageParams, ElicitResult, GetPromptResult, LogLevel, PromptMessage, ResourceContents,
+};
+use crate::server::{HandlerResult, Notice, PromptDef, RequestContext, ResourceDef, ServerBuilder, ToolDef, arg_str};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -134,8 +136,19 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
             json!({
                 "$schema": "https://json-schema.org/draft/2020-12/schema",
                 "type": "object",
-                "$defs": {"address": {"type": "object", "properties": {"street": {"type": "string"}, "city": {"type": "string"}}}},
-                "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"}},
+                "$defs": {"address": {"$anchor": "addressDef", "type": "object",
+                    "properties": {"street": {"type": "string"}, "city": {"type": "string"}}}},
+                "properties": {
+                    "name": {"type": "string"},
+                    "address": {"$ref": "#/$defs/address"},
+                    "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+                    "phone": {"type": "string"},
+                    "email": {"type": "string"}
+                },
+                "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+                "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+                "then": {"required": ["phone"]},
+                "else": {"required": ["email"]},
                 "additionalProperties": false
             }),
             |_, args| async move { Ok(CallToolResult::text(format!("JSON Schema 2020-12 tool called with: {args}"))) },
@@ -152,6 +165,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                 ))
             },
         ));
+    let builder = register_2026(builder);
     let builder = builder
         .prompt(
             PromptDef::new("test_simple_prompt", |_, _| async {
@@ -201,6 +215,15 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                 })
             })
             .description("A prompt that includes image content"),
+        )
+        .prompt(
+            PromptDef::new("test_input_required_result_prompt", |ctx, _| async move {
+                let schema = json!({"type": "object", "properties": {"context": {"type": "string"}}, "required": ["context"]});
+                let answer = ctx.elicit_as("user_context", "What context should the prompt use?", schema).await?;
+                let text = format!("Prompt with context: {}", content_str(&answer, "context"));
+                Ok(GetPromptResult { description: None, messages: vec![PromptMessage::user(Content::text(text))] })
+            })
+            .description("MRTR: prompt that requires elicitation input"),
         );
     let png = base64_decode(PNG_BASE64);
     builder
@@ -226,6 +249,156 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
             .description("A resource template with parameter substitution")
             .completer(|_, prefix, _| ["1", "42", "123"].iter().filter(|v| v.starts_with(prefix)).map(|v| v.to_string()).collect()),
         )
+}
+
+/// A string field of accepted elicitation content (empty when declined or absent).
+fn content_str(result: &ElicitResult, field: &str) -> String {
+    result.content.as_ref().and_then(|c| c.get(field)).and_then(Value::as_str).unwrap_or_default().to_string()
+}
+
+fn string_field(field: &str) -> Value {
+    json!({"type": "object", "properties": {field: {"type": "string"}}, "required": [field]})
+}
+
+fn ok_field() -> Value {
+    json!({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]})
+}
+
+/// The fixtures of the 2026-07-28 scenarios: multi-round-trip requests (SEP-2322) and the
+/// stateless server's diagnostics (SEP-2575). Under a legacy session the keyed asks are
+/// ordinary server-to-client requests.
+fn register_2026(builder: ServerBuilder) -> ServerBuilder {
+    builder
+        .tool(tool("test_missing_capability", "Test tool requiring sampling", no_args(), |ctx, _| async move {
+            // Sends nothing before it asks: without sampling declared the call is refused (-32021).
+            let reply = ctx.sample_as("sample", CreateMessageParams::prompt("Say hello", 20)).await?;
+            Ok(CallToolResult::text(format!("Success: {}", reply.text().unwrap_or_default())))
+        }))
+        .tool(tool(
+            "test_streaming_elicitation",
+            "Diagnostic: asks the user through MRTR; its response stream carries no server-to-client request",
+            no_args(),
+            |ctx, _| async move {
+                ctx.elicit_as("confirm_stream", "Continue the streaming test?", ok_field()).await?;
+                Ok(CallToolResult::text("Streaming complete"))
+            },
+        ))
+        .tool(tool("test_logging_tool", "Diagnostic logging validator tool", no_args(), |ctx, _| async move {
+            ctx.log(LogLevel::Info, Some("test_logging_tool"), json!("Diagnostic trace logging activated"));
+            Ok(CallToolResult::text("Logging evaluated"))
+        }))
+        .tool(tool(
+            "test_trigger_tool_change",
+            "Diagnostic hook: announces a change of the tool list (notifications/tools/list_changed) to listening clients",
+            no_args(),
+            |ctx, _| async move {
+                ctx.announce(Notice::ListChanged { method: "notifications/tools/list_changed".into() });
+                Ok(CallToolResult::text("Mutation triggered"))
+            },
+        ))
+        .tool(tool(
+            "test_trigger_prompt_change",
+            "Diagnostic hook: announces a change of the prompt list (notifications/prompts/list_changed) to listening clients",
+            no_args(),
+            |ctx, _| async move {
+                ctx.announce(Notice::ListChanged { method: "notifications/prompts/list_changed".into() });
+                Ok(CallToolResult::text("Mutation triggered"))
+            },
+        ))
+        .tool(tool(
+            "test_input_required_result_elicitation",
+            "MRTR: returns InputRequiredResult with elicitation request",
+            no_args(),
+            |ctx, _| async move {
+                let answer = ctx.elicit_as("user_name", "What is your name?", string_field("name")).await?;
+                let name = content_str(&answer, "name");
+                Ok(CallToolResult::text(if name.is_empty() { "Hello, stranger!".to_string() } else { format!("Hello, {name}!") }))
+            },
+        ))
+        .tool(tool("test_input_required_result_sampling", "MRTR: returns InputRequiredResult with sampling request", no_args(), |ctx, _| async move {
+            let reply = ctx.sample_as("capital_question", CreateMessageParams::prompt("What is the capital of France?", 100)).await?;
+            Ok(CallToolResult::text(format!("Sampling result: {}", reply.text().unwrap_or_default())))
+        }))
+        .tool(tool("test_input_required_result_list_roots", "MRTR: returns InputRequiredResult with roots/list request", no_args(), |ctx, _| async move {
+            let listed = ctx.list_roots_as("client_roots").await?;
+            let uris: Vec<&str> = listed.roots.iter().map(|r| r.uri.as_str()).collect();
+            Ok(CallToolResult::text(format!("Found {} root(s): {}", uris.len(), uris.join(", "))))
+        }))
+        .tool(tool(
+            "test_x_mcp_header",
+            "Echoes region; region is mirrored in the Mcp-Param-Region header (SEP-2243)",
+            json!({"type": "object", "properties": {"region": {"type": "string", "description": "Mirrored in Mcp-Param-Region", "x-mcp-header": "Region"}}, "required": ["region"]}),
+            |_, args| async move { Ok(CallToolResult::text(format!("region={}", args["region"].as_str().unwrap_or_default()))) },
+        ))
+        .tool(tool("test_input_required_result_request_state", "MRTR: returns InputRequiredResult with requestState", no_args(), |ctx, _| async move {
+            ctx.elicit_as("confirm", "Please confirm", ok_field()).await?;
+            Ok(CallToolResult::text("state-ok: requestState validated"))
+        }))
+        .tool(tool(
+            "test_input_required_result_multiple_inputs",
+            "MRTR: returns InputRequiredResult with multiple input requests",
+            no_args(),
+            |ctx, _| async move {
+                // Awaited together: one round asks all three.
+                let (name, greeting, roots) = tokio::join!(
+                    ctx.elicit_as("user_name", "What is your name?", string_field("name")),
+                    ctx.sample_as("greeting", CreateMessageParams::prompt("Generate a greeting", 50)),
+                    ctx.list_roots_as("client_roots"),
+                );
+                let (name, greeting, roots) = (name?, greeting?, roots?);
+                Ok(CallToolResult::text(format!(
+                    "Name: {}; Greeting: {}; Roots: {}",
+                    content_str(&name, "name"),
+                    greeting.text().unwrap_or_default(),
+                    roots.roots.len()
+                )))
+            },
+        ))
+        .tool(tool("test_input_required_result_multi_round", "MRTR: multi-round InputRequiredResult workflow", no_args(), |ctx, _| async move {
+            let name = ctx.elicit_as("step1", "Step 1: What is your name?", string_field("name")).await?;
+            let color = ctx.elicit_as("step2", "Step 2: What is your favorite color?", string_field("color")).await?;
+            Ok(CallToolResult::text(format!(
+                "Multi-round complete for {} who likes {}",
+                content_str(&name, "name"),
+                content_str(&color, "color")
+            )))
+        }))
+        .tool(tool(
+            "test_input_required_result_tampered_state",
+            "MRTR: integrity-protected requestState (an altered state is refused)",
+            no_args(),
+            |ctx, _| async move {
+                ctx.elicit_as("confirm", "Please confirm", ok_field()).await?;
+                Ok(CallToolResult::text("integrity-ok: state verified"))
+            },
+        ))
+        .tool(tool(
+            "test_input_required_result_capabilities",
+            "MRTR: respects client capabilities in inputRequests",
+            no_args(),
+            |ctx, _| async move {
+                // Ask only for what this request declared, all in one round.
+                let declared = ctx.capabilities();
+                let elicit = async {
+                    match declared.elicitation_form {
+                        true => ctx.elicit_as("elicit_input", "Elicitation input", string_field("value")).await.map(|_| Some("elicit_input")),
+                        false => Ok(None),
+                    }
+                };
+                let sample = async {
+                    match declared.sampling {
+                        true => ctx.sample_as("sample_input", CreateMessageParams::prompt("Sample request", 50)).await.map(|_| Some("sample_input")),
+                        false => Ok(None),
+                    }
+                };
+                let (elicited, sampled) = tokio::join!(elicit, sample);
+                let received: Vec<&str> = [elicited?, sampled?].into_iter().flatten().collect();
+                Ok(CallToolResult::text(match received.is_empty() {
+                    true => "No supported capabilities declared".to_string(),
+                    false => format!("capabilities-ok: received {}", received.join(",")),
+                }))
+            },
+        ))
 }
 
 fn base64_decode(s: &str) -> Vec<u8> {

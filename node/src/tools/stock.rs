@@ -100,6 +100,15 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
             .description("Ask the client's LLM to complete a prompt (sampling)."),
         )
         .tool(
+            ToolDef::new("roots", json!({"type": "object", "properties": {}}), |ctx, _| async move {
+                let listed = ctx.list_roots().await?;
+                let roots: Vec<_> = listed.roots.iter().map(|r| json!({"uri": r.uri, "name": r.name})).collect();
+                Ok(CallToolResult::structured(json!({"roots": roots})))
+            })
+            .expect("a literal schema")
+            .description("List the client's roots (roots/list)."),
+        )
+        .tool(
             ToolDef::typed("countdown", |ctx, args: CountdownArgs| async move {
                 for done in 1..=args.steps {
                     tokio::time::sleep(Duration::from_millis(args.delay_ms)).await;

@@ -5,7 +5,7 @@
 
 use super::responses::{PROTOCOL_VERSION_HEADER, header_text, http_error, json_body, sse_body};
 use crate::protocol::era::{self, ModernHeaders};
-use crate::protocol::jsonrpc::{ErrorObject, MISSING_REQUIRED_CLIENT_CAPABILITY, Message, RequestId};
+use crate::protocol::jsonrpc::{ErrorObject, HEADER_MISMATCH, MISSING_REQUIRED_CLIENT_CAPABILITY, Message, RequestId};
 use crate::server::{ListenFilter, Listener, Outbound, Outgoing, Server};
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, StatusCode};
@@ -18,6 +18,8 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 pub const METHOD_HEADER: &str = "mcp-method";
 pub const NAME_HEADER: &str = "mcp-name";
+/// Prefix of the headers that mirror annotated tool arguments (`Mcp-Param-{Name}`, SEP-2243).
+pub const PARAM_HEADER_PREFIX: &str = "mcp-param-";
 
 /// Answer a POST whose era is modern.
 pub(super) async fn post(server: &Server, keep_alive: Duration, headers: &HeaderMap, message: Message) -> Response {
@@ -34,6 +36,10 @@ pub(super) async fn post(server: &Server, keep_alive: Duration, headers: &Header
         protocol_version: header_text(headers, PROTOCOL_VERSION_HEADER),
         method: header_text(headers, METHOD_HEADER),
         name: header_text(headers, NAME_HEADER),
+        params: headers
+            .iter()
+            .filter_map(|(name, value)| Some((name.as_str().strip_prefix(PARAM_HEADER_PREFIX)?, value.to_str().unwrap_or(""))))
+            .collect(),
     };
     let meta = match era::validate(&names, &method, params.as_ref()) {
         Ok(meta) => meta,
@@ -64,11 +70,14 @@ pub(super) async fn post(server: &Server, keep_alive: Duration, headers: &Header
     sse_body(Body::from_stream(frames(first, rx, Some(guard), keep_alive)))
 }
 
-/// The HTTP status of a final message: a capability the client lacks is the request's fault
-/// (400); every other answer, errors included, is 200.
+/// The HTTP status of a final message: a capability the client lacks, or a header that
+/// disagrees with the arguments, is the request's fault (400); every other answer, errors
+/// included, is 200.
 fn status_of(message: &Message) -> StatusCode {
     match message {
-        Message::Error { error: ErrorObject { code: MISSING_REQUIRED_CLIENT_CAPABILITY, .. }, .. } => StatusCode::BAD_REQUEST,
+        Message::Error { error: ErrorObject { code: MISSING_REQUIRED_CLIENT_CAPABILITY | HEADER_MISMATCH, .. }, .. } => {
+            StatusCode::BAD_REQUEST
+        }
         _ => StatusCode::OK,
     }
 }
