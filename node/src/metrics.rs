@@ -69,6 +69,12 @@ pub struct Metrics {
     mrtr_parked: Gauge,
     mrtr_rounds: Family<Outcome, Counter>,
     mrtr_rejected: Family<Reason, Counter>,
+    mrtr_retries: Family<Owner, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Owner {
+    owner: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -149,7 +155,14 @@ impl Metrics {
             "Retries refused, by reason (tampered, expired, wrong_call, consumed, malformed, owner_lost)",
             mrtr_rejected.clone(),
         );
+        let mrtr_retries = Family::<Owner, Counter>::default();
+        registry.register(
+            "mrtr_retries",
+            "2026-07-28 retries this node delivered to their call, by where the call runs (here, elsewhere: relayed through the mailbox)",
+            mrtr_retries.clone(),
+        );
         Metrics {
+            mrtr_retries,
             mrtr_parked,
             mrtr_rounds,
             mrtr_rejected,
@@ -190,6 +203,15 @@ impl Metrics {
 
     pub fn mrtr_round_count(&self, outcome: &'static str) -> u64 {
         self.mrtr_rounds.get_or_create(&Outcome { outcome }).get()
+    }
+
+    /// A retry delivered to its call, which runs on this node or another.
+    pub fn mrtr_retry(&self, here: bool) {
+        self.mrtr_retries.get_or_create(&Owner { owner: if here { "here" } else { "elsewhere" } }).inc();
+    }
+
+    pub fn mrtr_retry_count(&self, here: bool) -> u64 {
+        self.mrtr_retries.get_or_create(&Owner { owner: if here { "here" } else { "elsewhere" } }).get()
     }
 
     /// A retry refused before it reached the call.

@@ -29,6 +29,7 @@ async fn a_retry_on_another_node_reaches_the_parked_handler() {
     let third = clients[2].retry(3, "ask_two", json!({}), &second.state(), json!({"color": accept("color", "red")})).await;
     assert_eq!(third.node, Some(2));
     assert_eq!(text(&third), "ada/red");
+    assert_eq!((cluster.servers[1].metrics().mrtr_retry_count(false), cluster.servers[2].metrics().mrtr_retry_count(false)), (1, 1));
     // The spent state is refused on any node.
     let again = clients[0].retry(4, "ask_two", json!({}), &second.state(), json!({"color": accept("color", "red")})).await;
     assert!(again.last()["error"]["message"].as_str().unwrap().contains("already used"), "{}", again.last());

@@ -356,7 +356,7 @@ impl Server {
             Some(Err(RetryError::Refused { reason, message: message.into() }))
         };
         match delivered {
-            Ok(DeliverOutcome::Delivered) => {}
+            Ok(DeliverOutcome::Delivered) => self.metrics().mrtr_retry(state.owner == self.node_id()),
             Ok(DeliverOutcome::AlreadyDelivered) => return refused("consumed", "requestState was already used"),
             Ok(DeliverOutcome::Expired | DeliverOutcome::Deleted | DeliverOutcome::NotFound) => {
                 return refused("expired", "requestState expired: the call it continues has ended; call again");
