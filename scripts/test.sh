@@ -11,7 +11,9 @@
 #      (scripts/chart-check.sh; installs Helm and the validator into .tools)
 #   4. end-to-end tests: real nginx in front of 3 real nodes, the Python MCP SDK, and the
 #      conformance suite through nginx (scripts/e2e.sh; installs nginx and a venv)
-#   5. the MCP conformance suite against one switchboard node (scripts/conformance.sh)
+#   5. the pinned pre-release conformance suite (0.2.0-alpha.12) against one node, requirement
+#      sets 2026-07-28 and 2025-11-25 (scripts/conformance-2026.sh)
+#   6. the MCP conformance suite against one switchboard node (scripts/conformance.sh)
 #
 # Needs: Rust/cargo, python3, node + npm (any version; Node 22 is installed locally).
 # Exits non-zero if any step fails. On success the last line is `Total: N passed, M failed`.
@@ -33,9 +35,11 @@ python3 "$REPO/scripts/check-layers.py" node/src
 step "test tools"
 node22="$(ensure_node22)"
 conformance="$(ensure_conformance)"
+conformance_next="$(ensure_conformance_next)"
 libfaketime="$(ensure_faketime)"
 echo "node 22:     $node22 ($("$node22" --version))"
 echo "conformance: $conformance"
+echo "conformance (pre-release): $conformance_next"
 echo "faketime:    $libfaketime"
 
 step "cargo test --workspace"
@@ -51,6 +55,10 @@ SWITCHBOARD_OPERATOR_BIN="$REPO/target/debug/switchboard-operator" bash "$REPO/s
 
 step "end-to-end: nginx + 3 nodes, Python MCP SDK, conformance suite through nginx"
 bash "$REPO/scripts/e2e.sh"
+
+step "MCP conformance suite 0.2.0-alpha.12, requirement sets 2026-07-28 and 2025-11-25 (one node)"
+bash "$REPO/scripts/conformance-2026.sh" - 2026-07-28
+bash "$REPO/scripts/conformance-2026.sh" - 2025-11-25
 
 step "MCP conformance suite (one node)"
 exec bash "$REPO/scripts/conformance.sh"

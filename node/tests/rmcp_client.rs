@@ -8,12 +8,12 @@ use common::start;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientCapabilities, ClientConfig, CreateMessageRequestParams,
     CreateMessageResult, ElicitRequestParams, ElicitResult, ElicitationAction, ErrorData, GetPromptRequestParams, Implementation,
-    LoggingLevel, LoggingMessageNotificationParam, ReadResourceRequestParams, ResourceUpdatedNotificationParam, SamplingMessage,
-    SetLevelRequestParams, SubscribeRequestParams,
+    LoggingLevel, LoggingMessageNotificationParam, ProtocolVersion, ReadResourceRequestParams, ResourceUpdatedNotificationParam,
+    SamplingMessage, SetLevelRequestParams, SubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::{ClientHandler, ServiceExt};
+use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, ServiceExt};
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -57,6 +57,11 @@ impl TestClient {
     }
     async fn connect(&self, url: &str) -> RunningService<RoleClient, TestClient> {
         self.clone().serve(StreamableHttpClientTransport::from_uri(url)).await.expect("rmcp client connects")
+    }
+    /// Connect as rmcp's auto mode does: probe `server/discover`, speak 2026-07-28 if offered.
+    async fn connect_auto(&self, url: &str) -> RunningService<RoleClient, TestClient> {
+        let lifecycle = ClientLifecycleMode::Auto { preferred_versions: vec![ProtocolVersion::V_2026_07_28], legacy_version: None };
+        self.clone().serve_with_lifecycle(StreamableHttpClientTransport::from_uri(url), lifecycle).await.expect("rmcp client connects")
     }
 }
 
@@ -252,5 +257,30 @@ async fn logging_resources_prompts_and_completions() {
     )
     .unwrap();
     assert_eq!(completion["completion"]["values"], json!(["paris", "park", "party"]));
+    client.cancel().await.unwrap();
+}
+
+/// rmcp 3.11 speaks 2026-07-28 when the server offers it, and drives `input_required` rounds
+/// itself: the same tools, the same handler callbacks, no session and no server-to-client request.
+#[tokio::test]
+async fn rmcp_in_auto_mode_speaks_2026_and_drives_input_required_rounds() {
+    let srv = start(ServerConfig::default(), HttpConfig::default()).await;
+    // One answer fits every form asked below (each schema requires only its own field).
+    let all_fields = json!({"confirm": true, "name": "ada", "color": "red", "context": "tests"});
+    let handler = TestClient { elicit: Elicit::Accept(all_fields), ..TestClient::new() };
+    let client = handler.connect_auto(&srv.url).await;
+    assert_eq!(client.peer_info().map(|info| info.protocol_version.clone()), Some(ProtocolVersion::V_2026_07_28));
+    let confirmed = client.call_tool(call("confirm", json!({"action": "ship it"}))).await.unwrap();
+    assert_eq!(confirmed.structured_content, Some(json!({"action": "ship it", "answer": "confirmed"})));
+    let sampled = client.call_tool(call("ask_llm", json!({"prompt": "p"}))).await.unwrap();
+    assert_eq!(text(&sampled), "a fine answer");
+    // Two questions in one round: the client answers both, the tool sees both.
+    let both = client.call_tool(call("ask_two", json!({}))).await.unwrap();
+    assert_eq!(text(&both), "ada/red");
+    // A prompt asks too.
+    let prompt = client.get_prompt(GetPromptRequestParams::new("test_input_required_result_prompt")).await.unwrap();
+    assert_eq!(serde_json::to_value(&prompt.messages[0]).unwrap()["content"]["text"], "Prompt with context: tests");
+    assert_eq!(handler.seen(), vec!["elicit", "sample", "elicit", "elicit", "elicit"]);
+    assert_eq!(srv.server.metrics().mrtr_round_count("complete"), 4);
     client.cancel().await.unwrap();
 }
