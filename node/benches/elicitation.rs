@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_switchboard");
 const PROTOCOL_VERSION: &str = "2025-11-25";
+const MODERN_VERSION: &str = "2026-07-28";
 const ACCEPT: &str = "application/json, text/event-stream";
 const NODE_HEADER: &str = "x-switchboard-node";
 
@@ -426,6 +427,9 @@ enum Parks {
     Elicitation,
     /// `ask_llm`: `sampling/createMessage` (no validator).
     Sampling,
+    /// `confirm` from a 2026-07-28 client: answered `input_required`, the handler parked for
+    /// the retry.
+    Mrtr,
 }
 
 impl Parks {
@@ -433,6 +437,7 @@ impl Parks {
         match self {
             Parks::Elicitation => ("confirm", json!({"action": "bench"}), "elicitation/create"),
             Parks::Sampling => ("ask_llm", json!({"prompt": "bench"}), "sampling/createMessage"),
+            Parks::Mrtr => unreachable!("a 2026-07-28 call is parked by modern_call"),
         }
     }
 }
@@ -516,6 +521,54 @@ async fn round_trip(http: &reqwest::Client, call_url: &str, answer_url: &str, se
     }
 }
 
+/// A 2026-07-28 `tools/call confirm` (or its retry, with `extra` params): stateless, the version
+/// and capabilities in `_meta` and the headers; the answer as JSON, and the node that gave it.
+async fn modern_call(http: &reqwest::Client, url: &str, call_id: u64, extra: Value) -> Result<(Value, String), String> {
+    let mut params = json!({"name": "confirm", "arguments": {"action": "bench"}, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}, "sampling": {}}}});
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        params[k] = v.clone();
+    }
+    let body = json!({"jsonrpc": "2.0", "id": call_id, "method": "tools/call", "params": params});
+    let response = http
+        .post(url)
+        .header("accept", ACCEPT)
+        .header("mcp-protocol-version", MODERN_VERSION)
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "confirm")
+        .json(&body)
+        .send()
+        .await
+        .map_err(|e| format!("tools/call: {e}"))?;
+    let node = node_of(&response);
+    if response.status() != 200 {
+        return Err(format!("tools/call: {} {}", response.status(), response.text().await.unwrap_or_default()));
+    }
+    let answer: Value = response.json().await.map_err(|e| format!("tools/call answer: {e}"))?;
+    Ok((answer, node))
+}
+
+/// One 2026-07-28 elicitation round trip: `tools/call` on `call_url` answered `input_required`,
+/// the retry with the answer and the state on `retry_url` answered with the result.
+async fn round_trip_2026(http: &reqwest::Client, call_url: &str, retry_url: &str, call_id: u64) -> Result<Trip, String> {
+    let start = Instant::now();
+    let (first, call_node) = modern_call(http, call_url, call_id, json!({})).await?;
+    let result = &first["result"];
+    let (Some(state), Some(key)) = (result["requestState"].as_str(), result["inputRequests"].as_object().and_then(|r| r.keys().next()))
+    else {
+        return Err(format!("tools/call did not answer input_required: {first}"));
+    };
+    let asked = start.elapsed();
+    let retry = json!({"requestState": state, "inputResponses": {key.as_str(): {"action": "accept", "content": {"confirm": true}}}});
+    let (last, retry_node) = modern_call(http, retry_url, call_id + 1, retry).await?;
+    let elapsed = start.elapsed();
+    if last["result"]["structuredContent"]["answer"] != "confirmed" {
+        return Err(format!("the retry's result is not confirmed: {last}"));
+    }
+    Ok(Trip { elapsed, to_elicitation: asked, answer: elapsed - asked, to_result: Duration::ZERO, crossed: call_node != retry_node })
+}
+
 // ---- workloads ---------------------------------------------------------------------------------
 
 /// Where tools/call and answers go: trip `i` calls `calls[i % n]` and answers at `answers[i % n]`.
@@ -562,14 +615,41 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
+/// Which client drives a workload.
+#[derive(Clone, Copy, PartialEq)]
+enum Wire {
+    /// 2025-11-25: a session, `elicitation/create` on the call's SSE stream, the answer POSTed.
+    Session,
+    /// 2026-07-28: `input_required`, then the retry with the answer (no session).
+    Mrtr,
+}
+
+async fn trip(http: &reqwest::Client, wire: Wire, call: &str, answer: &str, session: &str, call_id: u64) -> Result<Trip, String> {
+    match wire {
+        Wire::Session => round_trip(http, call, answer, session, call_id).await,
+        Wire::Mrtr => round_trip_2026(http, call, answer, 2 * call_id).await,
+    }
+}
+
+async fn open_session(http: &reqwest::Client, wire: Wire, url: &str) -> Result<String, String> {
+    match wire {
+        Wire::Session => initialize(http, url).await,
+        Wire::Mrtr => Ok(String::new()),
+    }
+}
+
 async fn workload(http: &reqwest::Client, route: &Route) -> Figures {
-    let session = initialize(http, &route.calls[0]).await.expect("initialize");
+    workload_on(http, route, Wire::Session).await
+}
+
+async fn workload_on(http: &reqwest::Client, route: &Route, wire: Wire) -> Figures {
+    let session = open_session(http, wire, &route.calls[0]).await.expect("initialize");
     let (mut crossed, mut trips) = (0, 0);
     let mut samples = Vec::with_capacity(SEQUENTIAL);
     let mut phases: [Vec<Duration>; 3] = Default::default();
     for i in 0..WARMUP + SEQUENTIAL {
         let (call, answer) = route.pick(i);
-        match round_trip(http, call, answer, &session, i as u64 + 1).await {
+        match trip(http, wire, call, answer, &session, i as u64 + 1).await {
             Ok(trip) if i >= WARMUP => {
                 samples.push(trip.elapsed);
                 for (k, d) in [trip.to_elicitation, trip.answer, trip.to_result].into_iter().enumerate() {
@@ -588,7 +668,7 @@ async fn workload(http: &reqwest::Client, route: &Route) -> Figures {
         percentile(&v, 0.5)
     });
 
-    let sessions = futures::future::join_all((0..CONCURRENCY).map(|w| initialize(http, route.pick(w).0))).await;
+    let sessions = futures::future::join_all((0..CONCURRENCY).map(|w| open_session(http, wire, route.pick(w).0))).await;
     let stop = Instant::now() + WINDOW;
     let started = Instant::now();
     let workers: Vec<_> = sessions
@@ -602,7 +682,7 @@ async fn workload(http: &reqwest::Client, route: &Route) -> Figures {
                 let mut i = w;
                 while Instant::now() < stop {
                     let (call, answer) = route.pick(i);
-                    match round_trip(&http, call, answer, &session, i as u64 + 1).await {
+                    match trip(&http, wire, call, answer, &session, i as u64 + 1).await {
                         Ok(trip) => {
                             latencies.push(trip.elapsed);
                             crossed += trip.crossed as usize;
@@ -638,6 +718,19 @@ async fn workload(http: &reqwest::Client, route: &Route) -> Figures {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
+}
+
+fn row_2026(name: &str, f: &Figures) {
+    println!(
+        "  {name:<40} p50 {:>6.3} ms  p99 {:>6.3} ms  | {CONCURRENCY} clients:  {:>6.0} trips/s (p50 {:>6.2} ms, p99 {:>6.2} ms) | retry on another node {:>5.1}%",
+        ms(f.p50),
+        ms(f.p99),
+        f.per_sec,
+        ms(f.load_p50),
+        ms(f.load_p99),
+        100.0 * f.crossed as f64 / f.trips.max(1) as f64
+    );
+    println!("  {:<40} p50 of the parts: call -> input_required {:.3} ms, retry -> result {:.3} ms", "", ms(f.phases[0]), ms(f.phases[1]));
 }
 
 fn row(name: &str, f: &Figures) {
@@ -688,7 +781,7 @@ impl Parked {
 /// first) before and after; then PARKED more for the marginal cost.
 async fn park(http: &reqwest::Client, url: &str, metrics_url: &str, watch: &[(String, u32)], parks: Parks) -> Parked {
     let sessions: Vec<String> = futures::stream::iter(0..PARK_SESSIONS)
-        .map(|_| initialize(http, url))
+        .map(|_| open_session(http, if parks == Parks::Mrtr { Wire::Mrtr } else { Wire::Session }, url))
         .buffer_unordered(50)
         .map(|s| s.expect("initialize"))
         .collect()
@@ -702,6 +795,10 @@ async fn park(http: &reqwest::Client, url: &str, metrics_url: &str, watch: &[(St
         *parked_in_round = futures::stream::iter(0..PARKED)
             .map(|i| async move {
                 let call_id = (round * PARKED + i) as u64 / PARK_SESSIONS as u64 + 1;
+                if parks == Parks::Mrtr {
+                    // Answered input_required; the handler stays parked for a retry.
+                    return modern_call(http, url, (round * PARKED + i) as u64, json!({})).await.map(drop);
+                }
                 // Dropping the stream closes the connection; the handler stays parked.
                 call_until_parked(http, url, &sessions[i % PARK_SESSIONS], call_id, parks).await.map(drop)
             })
@@ -770,6 +867,7 @@ fn main() {
 
         // 1. The cluster.
         let mut clustered = None;
+        let mut clustered_2026 = None;
         let mut cluster_park = None;
         if let Some(nginx) = nginx.as_ref().filter(|_| !memory_only) {
             println!("\n1. 3-node Raft cluster (fsync'd log, heartbeat 50 ms)");
@@ -784,6 +882,10 @@ fn main() {
             row("through nginx (round-robin)", &f);
             let mut served = trips(&f);
             clustered = Some(f);
+            let f = workload_on(&http, &Route::one(&url), Wire::Mrtr).await;
+            row_2026("through nginx, 2026-07-28 MRTR", &f);
+            served += trips(&f);
+            clustered_2026 = Some(f);
             for (name, route) in [
                 ("direct, answer on the next node", Route::across(&urls)),
                 ("direct, all on the leader", Route::one(&urls[leader])),
@@ -830,6 +932,9 @@ fn main() {
             row("memory store, direct", &f);
             let mut served = trips(&f);
             single = Some(f);
+            let f = workload_on(&http, &Route::one(&node.url()), Wire::Mrtr).await;
+            row_2026("memory store, direct, 2026-07-28 MRTR", &f);
+            served += trips(&f);
             if let Some(nginx) = &nginx {
                 let (mut front, url) = start_nginx(&http, nginx, &dir.path().join("nginx"), &[node.port]).await;
                 let f = workload(&http, &Route::one(&url)).await;
@@ -847,7 +952,8 @@ fn main() {
 
         println!("\n3a. memory per parked call, fresh node with the memory store");
         let mut memory_park = 0.0;
-        for parks in [Parks::Elicitation, Parks::Sampling] {
+        let mut mrtr_park = 0.0;
+        for parks in [Parks::Elicitation, Parks::Sampling, Parks::Mrtr] {
             let dir = tempfile::tempdir().unwrap();
             let mut node = start_memory(&http, dir.path()).await;
             let p = park(&http, &node.url(), &node.metrics_url(), &[("memory-store node".to_string(), node.proc.pid())], parks).await;
@@ -855,8 +961,11 @@ fn main() {
             if parks == Parks::Elicitation {
                 park_report("elicitation (confirm)", &p, " (the memory store does not publish this gauge)");
                 memory_park = p.per_call_kb(0);
-            } else {
+            } else if parks == Parks::Sampling {
                 park_report("for comparison, sampling (ask_llm: no schema validator)", &p, " (not published by the memory store)");
+            } else {
+                park_report("2026-07-28 elicitation (confirm, parked for the retry)", &p, " (not published by the memory store)");
+                mrtr_park = p.per_call_kb(0);
             }
         }
 
@@ -867,7 +976,19 @@ fn main() {
             println!("  clustered/single p50 x{ratio:.2} (target < 2x): {}", verdict(ratio < 2.0));
             println!("  clustered/single throughput x{:.2} ({:.0} vs {:.0} trips/s)", c.per_sec / single.per_sec, c.per_sec, single.per_sec);
         }
+        if let (Some(c), Some(m)) = (&clustered, &clustered_2026) {
+            let ratio = m.p50.as_secs_f64() / c.p50.as_secs_f64();
+            println!(
+                "  2026-07-28 / 2025-11-25 round trip through nginx, p50 x{ratio:.2} ({:.3} vs {:.3} ms; target <= 1.25x): {}; throughput {:.0} vs {:.0} trips/s",
+                ms(m.p50),
+                ms(c.p50),
+                verdict(ratio <= 1.25),
+                m.per_sec,
+                c.per_sec
+            );
+        }
         println!("  per parked call, memory store: {memory_park:.2} KB (target < 8 KB): {}", verdict(memory_park < 8.0));
+        println!("  per parked 2026-07-28 call, memory store: {mrtr_park:.2} KB (target <= 5 KB): {}", verdict(mrtr_park <= 5.0));
         if let Some(kb) = cluster_park {
             println!("  per parked call, cluster member (owner): {kb:.2} KB (target < 8 KB): {}", verdict(kb < 8.0));
         }

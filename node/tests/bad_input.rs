@@ -142,13 +142,23 @@ async fn invalid_tool_arguments_are_a_tool_error_the_model_can_read() {
         assert_eq!(reply["result"]["isError"], true, "{tool} {args}: {reply}");
         assert!(reply["result"]["content"][0]["text"].as_str().unwrap().contains("invalid arguments"), "{reply}");
     }
-    // JSON Schema 2020-12 features are honoured ($ref into $defs, additionalProperties: false).
+    // JSON Schema 2020-12 features are honoured ($ref into $defs, additionalProperties: false,
+    // allOf/anyOf, if/then/else).
     let reply = client.call(2, "tools/call", json!({"name": "json_schema_2020_12_tool", "arguments": {"name": "a", "extra": 1}})).await;
     assert_eq!(reply["result"]["isError"], true);
     let reply = client.call(3, "tools/call", json!({"name": "json_schema_2020_12_tool", "arguments": {"address": {"city": 7}}})).await;
     assert_eq!(reply["result"]["isError"], true);
     let reply = client
-        .call(4, "tools/call", json!({"name": "json_schema_2020_12_tool", "arguments": {"name": "a", "address": {"city": "x"}}}))
+        .call(
+            4,
+            "tools/call",
+            json!({"name": "json_schema_2020_12_tool", "arguments": {"name": "a", "address": {"city": "x"}, "email": "a@b"}}),
+        )
         .await;
     assert!(reply["result"].get("isError").is_none(), "{reply}");
+    // contactMethod "phone" requires a phone (if/then), whatever else is given.
+    let reply = client
+        .call(5, "tools/call", json!({"name": "json_schema_2020_12_tool", "arguments": {"contactMethod": "phone", "email": "a@b"}}))
+        .await;
+    assert_eq!(reply["result"]["isError"], true, "{reply}");
 }
