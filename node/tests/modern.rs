@@ -207,6 +207,22 @@ async fn after_a_resume_notifications_go_to_the_retry_with_its_token_and_level()
 }
 
 #[tokio::test]
+async fn the_first_stream_ends_with_input_required_and_its_end_cancels_nothing() {
+    let srv = start_default().await;
+    let client = Modern::new(&srv.url);
+    // Progress first: the first answer is an SSE stream, which ends after input_required.
+    let first = client.send(json!(1), "tools/call", json!({"name": "progress_then_ask"}), json!({"progressToken": "t"})).await;
+    let methods: Vec<&str> = first.messages.iter().map(|m| m["method"].as_str().unwrap_or("(response)")).collect();
+    assert_eq!(methods, vec!["notifications/progress", "(response)"]);
+    assert_eq!(first.result()["resultType"], "input_required");
+    // The stream was read to its end and closed; the call is still parked and completes.
+    assert_eq!(srv.server.metrics().mrtr_parked_count(), 1);
+    let params = json!({"name": "progress_then_ask", "requestState": first.state(), "inputResponses": {"go": {"action": "accept", "content": {"ok": true}}}});
+    let done = client.send(json!(2), "tools/call", params, json!({})).await;
+    assert_eq!(text(&done), "done");
+}
+
+#[tokio::test]
 async fn a_client_that_never_retries_leaves_nothing_behind() {
     let config = ServerConfig { elicitation_timeout: Duration::from_millis(300), ..ServerConfig::default() };
     let srv = start(config, HttpConfig::default()).await;

@@ -151,5 +151,13 @@ async fn a_listen_stream_hears_changes_made_on_another_node() {
     let frame = seen.lines().find(|l| l.contains("tools/list_changed")).unwrap();
     let message: serde_json::Value = serde_json::from_str(frame.trim_start_matches("data: ")).unwrap();
     assert_eq!(message["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "sub-1");
+    // The client closes the stream: the node forgets the listener.
+    assert_eq!(cluster.servers[2].listeners(), 1);
+    drop(stream);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while cluster.servers[2].listeners() > 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the closed listen stream is still registered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     cluster.raft.stop_all().await;
 }

@@ -96,6 +96,7 @@ impl ServerBuilder {
                 in_flight: Default::default(),
                 modern_calls: Default::default(),
                 listeners: Default::default(),
+                next_listener: Default::default(),
                 session_end_hooks: Default::default(),
             }),
         };

@@ -35,8 +35,9 @@ pub(super) struct Inner {
     /// The 2026-07-28 calls whose handlers run here, by call id (to cancel one, or tell a
     /// replica serving its retry that it still runs).
     pub(super) modern_calls: Mutex<HashMap<u128, CancellationToken>>,
-    /// Open `subscriptions/listen` streams on this node.
-    pub(super) listeners: Mutex<Vec<Listener>>,
+    /// Open `subscriptions/listen` streams on this node, by an id of this node's.
+    pub(super) listeners: Mutex<Vec<(u64, Listener)>>,
+    pub(super) next_listener: std::sync::atomic::AtomicU64,
     /// Told of every session that ended while this node held state for it (see
     /// [`Server::on_session_end`]).
     pub(super) session_end_hooks: RwLock<Vec<SessionEndHook>>,

@@ -236,11 +236,12 @@ impl Server {
             });
             self.metrics().mrtr_round("input_required");
             tracing::info!(call = %format!("{call_id:032x}"), round, keys = requests_len(&result), "input required; call parked");
+            // Counted before the client can see it is parked.
+            self.metrics().mrtr_parked(1);
             self.end_round(outcome_box.take(), &sink, tag, Message::response(id.clone(), self.envelope(&method, result, false))).await;
             // The first request is answered; whatever the handler sends from now on goes back
             // with the outcome of the round a retry answers.
             sink.buffer();
-            self.metrics().mrtr_parked(1);
             let waited = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => None,

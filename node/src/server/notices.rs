@@ -34,7 +34,7 @@ impl Server {
     /// Deliver a notice to the standalone streams attached to this node.
     pub fn deliver_notice(&self, notice: Notice) {
         // Listen streams: a closed one is dropped here.
-        self.inner.listeners.lock().unwrap().retain(|listener| match listener.message(&notice) {
+        self.inner.listeners.lock().unwrap().retain(|(_, listener)| match listener.message(&notice) {
             Some(message) => listener.out.send(Outgoing::Message(Box::new(message))).is_ok(),
             None => true,
         });
@@ -74,10 +74,32 @@ impl Server {
     }
 
     /// Open a `subscriptions/listen` stream on `out`: its acknowledgement first, then every
-    /// notice it asked for, from any replica, until the stream closes.
-    pub fn listen(&self, listener: Listener) {
+    /// notice it asked for, from any replica, until the stream closes. The listener stays
+    /// registered while the returned handle lives: the transport drops it with the stream.
+    pub fn listen(&self, listener: Listener) -> ListenHandle {
+        let id = self.inner.next_listener.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if listener.out.send(Outgoing::Message(Box::new(listener.acknowledgement()))).is_ok() {
-            self.inner.listeners.lock().unwrap().push(listener);
+            self.inner.listeners.lock().unwrap().push((id, listener));
+        }
+        ListenHandle { inner: Arc::downgrade(&self.inner), id }
+    }
+
+    /// Open listen streams on this node.
+    pub fn listeners(&self) -> usize {
+        self.inner.listeners.lock().unwrap().len()
+    }
+}
+
+/// Keeps a listen stream registered; dropped with the stream (the client closed it).
+pub struct ListenHandle {
+    inner: std::sync::Weak<super::handle::Inner>,
+    id: u64,
+}
+
+impl Drop for ListenHandle {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.upgrade() {
+            inner.listeners.lock().unwrap().retain(|(id, _)| *id != self.id);
         }
     }
 }

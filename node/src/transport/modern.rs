@@ -67,7 +67,7 @@ pub(super) async fn post(server: &Server, keep_alive: Duration, headers: &Header
         guard.disarm();
         return json_body(status_of(message), message);
     }
-    sse_body(Body::from_stream(frames(first, rx, Some(guard), keep_alive)))
+    sse_body(Body::from_stream(frames(first, rx, Some(guard), Box::new(()), keep_alive)))
 }
 
 /// The HTTP status of a final message: a capability the client lacks, or a header that
@@ -84,36 +84,41 @@ fn status_of(message: &Message) -> StatusCode {
 
 /// SSE frames (`data:` only) of what the request sends, ending after its response; a comment
 /// line every `keep_alive` of silence keeps proxies from closing the stream. The guard cancels
-/// the request if the stream is dropped before its response went out.
+/// the request if the stream is dropped before its response went out; `held` lives as long as
+/// the stream.
 fn frames(
     first: Outgoing,
     rx: mpsc::UnboundedReceiver<Outgoing>,
     guard: Option<DropGuard>,
+    held: Box<dyn Send>,
     keep_alive: Duration,
 ) -> impl futures::Stream<Item = Result<Bytes, Infallible>> {
-    futures::stream::unfold((Some(first), rx, guard, false), move |(pending, mut rx, guard, done)| async move {
-        if done {
-            return None;
-        }
-        let next = match pending {
-            Some(outgoing) => Some(outgoing),
-            None => match tokio::time::timeout(keep_alive, rx.recv()).await {
-                Ok(next) => next,
-                Err(_) => return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), (None, rx, guard, false))),
-            },
-        };
-        match next {
-            None => None,
-            Some(Outgoing::Disconnect) => Some((Ok(Bytes::new()), (None, rx, guard, false))),
-            Some(Outgoing::Message(message)) => {
-                let last = message.is_response();
-                let guard = if last {
-                    guard.map(DropGuard::disarm);
-                    None
-                } else {
-                    guard
-                };
-                Some((Ok(Bytes::from(format!("data: {}\n\n", message.to_json()))), (None, rx, guard, last)))
+    futures::stream::unfold((Some(first), rx, guard, false), move |(pending, mut rx, guard, done)| {
+        let _held = &held;
+        async move {
+            if done {
+                return None;
+            }
+            let next = match pending {
+                Some(outgoing) => Some(outgoing),
+                None => match tokio::time::timeout(keep_alive, rx.recv()).await {
+                    Ok(next) => next,
+                    Err(_) => return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), (None, rx, guard, false))),
+                },
+            };
+            match next {
+                None => None,
+                Some(Outgoing::Disconnect) => Some((Ok(Bytes::new()), (None, rx, guard, false))),
+                Some(Outgoing::Message(message)) => {
+                    let last = message.is_response();
+                    let guard = if last {
+                        guard.map(DropGuard::disarm);
+                        None
+                    } else {
+                        guard
+                    };
+                    Some((Ok(Bytes::from(format!("data: {}\n\n", message.to_json()))), (None, rx, guard, last)))
+                }
             }
         }
     })
@@ -128,9 +133,9 @@ fn listen(server: &Server, keep_alive: Duration, id: RequestId, params: Option<&
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
     let subscription = serde_json::to_value(&id).expect("ids serialize");
-    server.listen(Listener { subscription, filter, out: Outbound::new(tx) });
+    let registered = server.listen(Listener { subscription, filter, out: Outbound::new(tx) });
     let Ok(first) = rx.try_recv() else {
         return http_error(StatusCode::INTERNAL_SERVER_ERROR, "the listen stream could not be opened");
     };
-    sse_body(Body::from_stream(frames(first, rx, None, keep_alive)))
+    sse_body(Body::from_stream(frames(first, rx, None, Box::new(registered), keep_alive)))
 }

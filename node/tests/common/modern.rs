@@ -40,6 +40,14 @@ pub fn register_test_tools(builder: ServerBuilder) -> ServerBuilder {
             .unwrap(),
         )
         .tool(
+            ToolDef::new("progress_then_ask", json!({"type": "object"}), move |ctx, _| async move {
+                ctx.progress(0.5, None, Some("about to ask"));
+                ctx.elicit_as("go", "Go?", go_schema()).await?;
+                Ok(CallToolResult::text("done"))
+            })
+            .unwrap(),
+        )
+        .tool(
             ToolDef::new("ask_then_wait", json!({"type": "object"}), move |ctx, args| async move {
                 ctx.elicit_as("go", "Go?", go_schema()).await?;
                 // A cancelled handler is dropped where it waits: the guard tells.
