@@ -18,7 +18,7 @@ from pathlib import Path
 LAYERS = {
     "node/src": {
         "clock": 0, "tasks": 0, "protocol": 0,
-        "mailbox": 1, "session": 1, "metrics": 1,
+        "mailbox": 1, "mcp_tasks": 1, "session": 1, "metrics": 1,
         "peer": 2,
         "raft": 3,
         "server": 3,

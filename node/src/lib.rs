@@ -22,6 +22,7 @@
 
 pub mod cluster;
 pub mod mailbox;
+pub mod mcp_tasks;
 pub mod metrics;
 pub mod prelude;
 pub mod protocol;

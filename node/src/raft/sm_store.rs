@@ -4,6 +4,7 @@
 use super::state_machine::{MailboxState, Response, StateMachine, Wake};
 use super::types::{LogId, Snapshot, SnapshotBlob, SnapshotMeta, StoredMembership, TypeConfig, decode, encode, io_error};
 use crate::mailbox::{MailboxKey, WaitOutcome};
+use crate::mcp_tasks::{self, TaskEvent, TaskId};
 use futures::{Stream, TryStreamExt};
 use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend};
@@ -11,7 +12,7 @@ use std::collections::HashMap;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 const SNAPSHOT_FILE: &str = "snapshot.bin";
 
@@ -33,6 +34,8 @@ pub struct StateMachineStore {
     on_disk: Arc<Mutex<Option<LogId>>>,
     /// The last applied log index, for waiting on local application without polling.
     applied: Arc<watch::Sender<u64>>,
+    /// The tasks this node runs, told of their answers and cancellation as they are applied.
+    task_owners: Arc<Mutex<HashMap<TaskId, mpsc::UnboundedSender<TaskEvent>>>>,
     dir: PathBuf,
 }
 
@@ -53,11 +56,13 @@ fn settled(state: &MailboxState) -> Option<WaitOutcome> {
     }
 }
 
-fn wake_outcome(wake: &Wake) -> (&MailboxKey, WaitOutcome) {
+/// The mailbox a wake-up is for and what its waiter gets; `None` for a task's.
+fn wake_outcome(wake: &Wake) -> Option<(&MailboxKey, WaitOutcome)> {
     match wake {
-        Wake::Delivered(key, value) => (key, WaitOutcome::Delivered(value.decode())),
-        Wake::Expired(key) => (key, WaitOutcome::Expired),
-        Wake::Deleted(key) => (key, WaitOutcome::Deleted),
+        Wake::Delivered(key, value) => Some((key, WaitOutcome::Delivered(value.decode()))),
+        Wake::Expired(key) => Some((key, WaitOutcome::Expired)),
+        Wake::Deleted(key) => Some((key, WaitOutcome::Deleted)),
+        Wake::Task(_) => None,
     }
 }
 
@@ -86,7 +91,13 @@ impl StateMachineStore {
         }
         let applied = Arc::new(watch::channel(inner.last_applied.map(|id| id.index).unwrap_or(0)).0);
         let on_disk = Arc::new(Mutex::new(inner.current_snapshot.as_ref().and_then(|(meta, _)| meta.last_log_id)));
-        Ok(StateMachineStore { inner: Arc::new(Mutex::new(inner)), on_disk, applied, dir: dir.to_path_buf() })
+        Ok(StateMachineStore {
+            inner: Arc::new(Mutex::new(inner)),
+            on_disk,
+            applied,
+            task_owners: Default::default(),
+            dir: dir.to_path_buf(),
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -124,6 +135,13 @@ impl StateMachineStore {
         if inner.waiters.get(key).is_some_and(|s| s.receiver_count() == 0) {
             inner.waiters.remove(key);
         }
+    }
+
+    /// Hear the answers and cancellation of task `id`, which this node runs.
+    pub fn own_task(&self, id: TaskId) -> mpsc::UnboundedReceiver<TaskEvent> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.task_owners.lock().unwrap().insert(id, tx);
+        rx
     }
 
     pub fn parked(&self) -> usize {
@@ -197,12 +215,17 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     }
                     EntryPayload::Normal(request) => {
                         let (response, wakes) = inner.sm.apply(&request);
-                        for wake in &wakes {
-                            let (key, outcome) = wake_outcome(wake);
-                            if let Some(waiter) = inner.waiters.remove(key) {
+                        let mut task_events = Vec::new();
+                        for wake in wakes {
+                            if let Wake::Task(event) = wake {
+                                task_events.push(event);
+                            } else if let Some((key, outcome)) = wake_outcome(&wake)
+                                && let Some(waiter) = inner.waiters.remove(key)
+                            {
                                 let _ = waiter.send(Some(outcome));
                             }
                         }
+                        mcp_tasks::dispatch(&self.task_owners, task_events);
                         response
                     }
                 }

@@ -11,6 +11,9 @@
 //! expiry that fell due meanwhile.
 
 use crate::mailbox::{CreateOutcome, DeliverOutcome, MailboxKey, NodeId, SessionTag};
+use crate::mcp_tasks::table::TaskTable;
+use crate::mcp_tasks::{TaskEvent, TaskId, TaskOutcome, TaskRefusal};
+pub use crate::protocol::json_text::JsonText;
 use crate::protocol::types::LogLevel;
 use crate::session::{LimitReached, SessionId, SessionRecord, SubscriptionLimits};
 use serde::{Deserialize, Serialize};
@@ -93,46 +96,38 @@ pub enum Command {
     },
     /// Only advances time (and with it expiry).
     Tick,
-}
-
-/// JSON text known to parse: a delivered answer, kept as text in the log and the state (compact,
-/// compared byte for byte) and decoded when it wakes its waiter. Text that does not parse is
-/// refused when a command is decoded, so it never reaches the log or the state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct JsonText(String);
-
-/// Text that is not JSON.
-#[derive(Debug, thiserror::Error)]
-#[error("not JSON: {0}")]
-pub struct NotJson(#[source] serde_json::Error);
-
-impl JsonText {
-    /// The value. Cannot fail: the text was checked when this was built.
-    pub fn decode(&self) -> serde_json::Value {
-        serde_json::from_str(&self.0).expect("JsonText holds valid JSON")
-    }
-}
-
-impl From<&serde_json::Value> for JsonText {
-    fn from(value: &serde_json::Value) -> Self {
-        JsonText(value.to_string())
-    }
-}
-
-impl TryFrom<String> for JsonText {
-    type Error = NotJson;
-
-    fn try_from(text: String) -> Result<Self, NotJson> {
-        serde_json::from_str::<serde::de::IgnoredAny>(&text).map_err(NotJson)?;
-        Ok(JsonText(text))
-    }
-}
-
-impl From<JsonText> for String {
-    fn from(text: JsonText) -> String {
-        text.0
-    }
+    /// A task of the MCP Tasks extension, run by `owner` (see `mcp_tasks`). Refused beyond
+    /// `max_tasks` live tasks.
+    TaskCreate {
+        id: TaskId,
+        owner: NodeId,
+        incarnation: u64,
+        ttl_ms: Millis,
+        poll_ms: Millis,
+        max_tasks: usize,
+    },
+    /// The task's handler waits on these input requests (`{method, params}` by key).
+    TaskAsk {
+        id: TaskId,
+        requests: Vec<(String, JsonText)>,
+    },
+    /// The client's answers to a task's input requests.
+    TaskAnswer {
+        id: TaskId,
+        responses: Vec<(String, JsonText)>,
+    },
+    TaskCancel {
+        id: TaskId,
+    },
+    TaskFinish {
+        id: TaskId,
+        outcome: TaskOutcome,
+    },
+    /// `node` is gone, or restarted as incarnation `survivor`: its other live tasks fail.
+    TaskOwnerLost {
+        node: NodeId,
+        survivor: Option<u64>,
+    },
 }
 
 /// A command as it is written to the log.
@@ -160,6 +155,10 @@ pub enum Response {
     Session(bool),
     /// Not applied: it would have broken this limit.
     Refused(LimitReached),
+    /// A task operation: the keys it took (answers), or why it changed nothing.
+    Task(Result<Vec<String>, TaskRefusal>),
+    /// How many tasks a lost owner's loss failed.
+    TasksFailed(usize),
 }
 
 /// A change waiters on some node may be parked on.
@@ -168,6 +167,8 @@ pub enum Wake {
     Delivered(MailboxKey, JsonText),
     Expired(MailboxKey),
     Deleted(MailboxKey),
+    /// For the owner of a task: an answer, or the client's cancellation.
+    Task(TaskEvent),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -230,6 +231,9 @@ pub struct StateMachine {
     sessions_by_expiry: BTreeSet<(Millis, SessionId)>,
     dedup: HashMap<WriteId, (Millis, Response)>,
     dedup_by_time: BTreeSet<(Millis, WriteId)>,
+    /// Tasks of the MCP Tasks extension (absent from snapshots of older versions: none).
+    #[serde(default)]
+    pub tasks: TaskTable,
 }
 
 impl StateMachine {
@@ -289,6 +293,7 @@ impl StateMachine {
             self.sessions_by_expiry.pop_first();
             self.sessions.remove(&id);
         }
+        self.tasks.expire(now);
         while let Some((at, write)) = self.dedup_by_time.first().copied() {
             if at + DEDUP_RETENTION_MS > now {
                 break;
@@ -404,6 +409,24 @@ impl StateMachine {
                 }
                 None => Response::Session(false),
             },
+            Command::TaskCreate { id, owner, incarnation, ttl_ms, poll_ms, max_tasks } => {
+                Response::Task(self.tasks.create(now, *id, *owner, *incarnation, *ttl_ms, *poll_ms, *max_tasks).map(|()| Vec::new()))
+            }
+            Command::TaskAsk { id, requests } => Response::Task(self.tasks.ask(now, id, requests).map(|()| Vec::new())),
+            Command::TaskAnswer { id, responses } => {
+                let mut events = Vec::new();
+                let taken = self.tasks.answer(now, id, responses, &mut events);
+                wakes.extend(events.into_iter().map(Wake::Task));
+                Response::Task(taken)
+            }
+            Command::TaskCancel { id } => {
+                let mut events = Vec::new();
+                let cancelled = self.tasks.cancel(now, id, &mut events);
+                wakes.extend(events.into_iter().map(Wake::Task));
+                Response::Task(cancelled.map(|()| Vec::new()))
+            }
+            Command::TaskFinish { id, outcome } => Response::Task(self.tasks.finish(now, id, outcome).map(|()| Vec::new())),
+            Command::TaskOwnerLost { node, survivor } => Response::TasksFailed(self.tasks.owner_lost(now, *node, *survivor)),
             Command::SessionDelete { id } => match self.sessions.remove(id) {
                 Some(session) => {
                     self.sessions_by_expiry.remove(&(session.expires_at, id.clone()));
