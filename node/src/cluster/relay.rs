@@ -9,11 +9,11 @@
 //! would put each progress notification on the write path of the whole cluster.
 
 use crate::peer::codec::encode;
-use crate::peer::routes::{CANCEL, MRTR_CALL, NOTIFY, RESUME};
+use crate::peer::routes::{CANCEL, MRTR_CALL, MRTR_OUTCOME, NOTIFY, RESUME};
 use crate::protocol::jsonrpc::RequestId;
 use crate::raft::RaftNode;
 use crate::raft::rpc::{body, msgpack};
-use crate::server::{ClusterLink, Notice};
+use crate::server::{ClusterLink, Notice, OUTCOME_WINDOW};
 use crate::session::SessionId;
 use crate::transport::http::Endpoint;
 use crate::transport::sse::{RelayError, RelayedStream, StreamRelay};
@@ -47,6 +47,13 @@ pub struct CancelRequest {
 pub struct CallStateRequest {
     pub call: u128,
     pub cancel: bool,
+}
+
+/// Asks the owner of a 2026-07-28 call for the outcome of one of its rounds.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RoundOutcomeRequest {
+    pub call: u128,
+    pub round: u32,
 }
 
 /// How long a replica waits for the owner of a call to say whether it still runs it.
@@ -113,6 +120,18 @@ impl ClusterLink for PeerLink {
             node.client.rpc::<_, bool>(&addr, MRTR_CALL, &request, CALL_STATE_TIMEOUT).await.map_err(|e| e.to_string())
         })
     }
+
+    fn round_outcome(&self, owner: u64, call: u128, round: u32) -> BoxFuture<'static, Result<Option<String>, String>> {
+        let node = self.node.upgrade();
+        Box::pin(async move {
+            let node = node.ok_or("this node is shutting down")?;
+            let addr = node.status().members.get(&owner).cloned().ok_or_else(|| format!("node {owner} is not a member"))?;
+            let request = RoundOutcomeRequest { call, round };
+            // The owner holds the request until the round ends: a little longer than it waits.
+            let within = OUTCOME_WINDOW + std::time::Duration::from_secs(5);
+            node.client.rpc::<_, Option<String>>(&addr, MRTR_OUTCOME, &request, within).await.map_err(|e| e.to_string())
+        })
+    }
 }
 
 /// The relay routes, answered by this node's MCP endpoint.
@@ -122,6 +141,7 @@ pub fn router(endpoint: Arc<Endpoint>) -> Router {
         .route(CANCEL, post(cancel))
         .route(NOTIFY, post(notify))
         .route(MRTR_CALL, post(call_state))
+        .route(MRTR_OUTCOME, post(round_outcome))
         .with_state(endpoint)
 }
 
@@ -155,6 +175,16 @@ async fn call_state(State(endpoint): State<Arc<Endpoint>>, bytes: Bytes) -> Resp
         Err(r) => return r,
     };
     msgpack(&endpoint.server().modern_call(request.call, request.cancel))
+}
+
+/// The outcome of a round of a 2026-07-28 call this node runs, for the replica serving the
+/// retry that answered it: held until the round ends.
+async fn round_outcome(State(endpoint): State<Arc<Endpoint>>, bytes: Bytes) -> Response {
+    let request: RoundOutcomeRequest = match body(&bytes, "round outcome request") {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    msgpack(&endpoint.server().round_outcome(request.call, request.round, OUTCOME_WINDOW).await)
 }
 
 /// A notification for standalone streams, published on another replica.

@@ -20,3 +20,5 @@ pub const CANCEL: &str = "/mcp/cancel";
 pub const NOTIFY: &str = "/mcp/notify";
 /// Whether a 2026-07-28 call still runs on its owner, and its cancellation.
 pub const MRTR_CALL: &str = "/mcp/mrtr-call";
+/// The outcome of a round of a 2026-07-28 call, from its owner.
+pub const MRTR_OUTCOME: &str = "/mcp/mrtr-outcome";

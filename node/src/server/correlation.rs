@@ -56,8 +56,8 @@ pub struct SealedEvent {
     pub seq: u64,
 }
 
-/// What a 2026-07-28 `requestState` carries: where the call runs, the mailboxes of the round
-/// it answers, when the round ends, which call it belongs to, and what was asked in it.
+/// What a 2026-07-28 `requestState` carries: where the call runs, the mailbox of the round it
+/// answers, when the round ends, which call it belongs to, and what was asked in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SealedState {
     /// The node whose handler is parked on the call.
@@ -67,8 +67,6 @@ pub struct SealedState {
     pub round: u32,
     /// Where the retry delivers the client's answers.
     pub answers: MailboxKey,
-    /// Where the owner puts the round's outcome for the replica serving the retry.
-    pub outcome: MailboxKey,
     /// Milliseconds since the Unix epoch after which the round is over.
     pub deadline_ms: u64,
     /// SHA-256 of the method, the name or URI and the arguments of the call: a retry must
@@ -272,7 +270,6 @@ impl IdSealer {
         plain.extend_from_slice(&state.call.to_be_bytes());
         plain.extend_from_slice(&state.round.to_be_bytes());
         plain.extend_from_slice(&state.answers.bits().to_be_bytes());
-        plain.extend_from_slice(&state.outcome.bits().to_be_bytes());
         plain.extend_from_slice(&state.deadline_ms.to_be_bytes());
         plain.extend_from_slice(&state.digest);
         for (key, kind) in &state.asks {
@@ -334,7 +331,6 @@ fn decode_state(plain: &[u8]) -> Option<SealedState> {
     let call = u128::from_be_bytes(take(&mut rest, 16)?.try_into().ok()?);
     let round = u32::from_be_bytes(take(&mut rest, 4)?.try_into().ok()?);
     let answers = MailboxKey::from_bits(u128::from_be_bytes(take(&mut rest, 16)?.try_into().ok()?));
-    let outcome = MailboxKey::from_bits(u128::from_be_bytes(take(&mut rest, 16)?.try_into().ok()?));
     let deadline_ms = u64::from_be_bytes(take(&mut rest, 8)?.try_into().ok()?);
     let digest: [u8; 32] = take(&mut rest, 32)?.try_into().ok()?;
     let mut asks = Vec::new();
@@ -344,7 +340,7 @@ fn decode_state(plain: &[u8]) -> Option<SealedState> {
         let key = String::from_utf8(take(&mut rest, len)?.to_vec()).ok()?;
         asks.push((key, kind));
     }
-    Some(SealedState { owner, call, round, answers, outcome, deadline_ms, digest, asks })
+    Some(SealedState { owner, call, round, answers, deadline_ms, digest, asks })
 }
 
 #[cfg(test)]
@@ -357,7 +353,6 @@ mod tests {
             call: rand::random(),
             round: 2,
             answers: MailboxKey::random(),
-            outcome: MailboxKey::random(),
             deadline_ms: 10_000,
             digest: [9; 32],
             asks: vec![

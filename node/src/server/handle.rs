@@ -35,6 +35,9 @@ pub(super) struct Inner {
     /// The 2026-07-28 calls whose handlers run here, by call id (to cancel one, or tell a
     /// replica serving its retry that it still runs).
     pub(super) modern_calls: Mutex<HashMap<u128, CancellationToken>>,
+    /// The latest round outcome of each 2026-07-28 call run here, `(round, JSON text)`, for
+    /// the replica serving the retry that answered that round.
+    pub(super) round_outcomes: Mutex<HashMap<u128, tokio::sync::watch::Sender<Option<(u32, Arc<str>)>>>>,
     /// Open `subscriptions/listen` streams on this node, by an id of this node's.
     pub(super) listeners: Mutex<Vec<(u64, Listener)>>,
     pub(super) next_listener: std::sync::atomic::AtomicU64,

@@ -14,6 +14,9 @@ pub trait ClusterLink: Send + Sync {
     /// Ask `owner` whether the 2026-07-28 call `call` still runs there (`Ok(false)`: it does
     /// not), cancelling it first when `cancel`. `Err` when `owner` could not be asked.
     fn call_state(&self, owner: NodeId, call: u128, cancel: bool) -> BoxFuture<'static, Result<bool, String>>;
+    /// Wait on `owner` for the outcome of round `round` of the 2026-07-28 call `call` (JSON
+    /// text; `Ok(None)`: the call ended without one). `Err` when `owner` could not be asked.
+    fn round_outcome(&self, owner: NodeId, call: u128, round: u32) -> BoxFuture<'static, Result<Option<String>, String>>;
 }
 
 /// A server notification not tied to a request, for every session's standalone stream

@@ -47,6 +47,7 @@ pub use definitions::{Completer, HandlerError, HandlerResult, PromptDef, Resourc
 pub use handle::{InitializeError, Server, SessionEndHook, SessionLookupError};
 pub use link::{ClusterLink, Notice};
 pub use listeners::{ListenFilter, Listener};
+pub use mrtr::OUTCOME_WINDOW;
 pub use notices::ListenHandle;
 pub use outbound::{Outbound, OutboundSink, Outgoing, StreamClosed};
 pub use schema::{SchemaError, schema_for};

@@ -5,24 +5,27 @@
 //! with the answers (every tool a replayable state machine). Here the handler keeps running:
 //!
 //! 1. On the node that got the call (the owner), the handler runs until it can go no further
-//!    without input. The driver then commits two mailboxes, one for the client's answers and one
-//!    for the round's outcome, and answers `input_required` with every outstanding input
-//!    request and a sealed `requestState` naming the owner, the mailboxes, the deadline, the
-//!    asked keys and a digest of the call. The handler stays parked on its answers mailbox.
+//!    without input. The driver commits a mailbox for the client's answers and answers
+//!    `input_required` with every outstanding input request and a sealed `requestState`
+//!    naming the owner, the mailbox, the deadline, the asked keys and a digest of the call.
+//!    The handler stays parked on the mailbox.
 //! 2. The retry may reach any replica. It opens the state (altered, expired, or belonging to
-//!    another call: refused), checks the answers' shapes, delivers them through Raft (single
-//!    use: a second delivery is refused) and waits on the outcome mailbox.
+//!    another call: refused), checks the answers' shapes and delivers them through Raft
+//!    (single use: a second delivery is refused).
 //! 3. The owner wakes, hands the answers to the asks they name, and runs the handler to its
-//!    next boundary: another `input_required` (with a fresh state) or the result, put into the
-//!    outcome mailbox with the notifications the handler sent meanwhile. The retry's replica
-//!    answers with them.
+//!    next boundary: another `input_required` (with a fresh state) or the result. That outcome,
+//!    with the notifications the handler sent meanwhile, goes to the retry's replica over the
+//!    peer port (which waits for it there), or in memory when the retry reached the owner.
 //!
-//! Notifications after a resume travel with the outcome rather than over a live relay: they
-//! are few and short-lived, and one value per round keeps the owner's side to one commit.
+//! Why the answers go through Raft and the outcome does not: an answer must reach the handler
+//! whichever replica took it, exactly once, and a committed answer survives the replica that
+//! took it; an outcome only matters to the one replica waiting for it, while the owner lives
+//! (its handler is gone with it anyway). So a round costs two commits, as a 2025 round trip.
+//! Notifications travel with the outcome rather than live: they are few and short-lived.
 //! Closing the retry's stream cancels the handler on the owner (over the peer port); the
 //! replica serving a retry asks the owner every few seconds whether the call still runs, so a
-//! dead owner is an error, not a hang. A client that never retries: the handler waits out the
-//! elicitation or sampling timeout, then is dropped and counted (`abandoned`).
+//! dead or cut-off owner is an error, not a hang. A client that never retries: the handler waits
+//! out the elicitation or sampling timeout, then is dropped and counted (`abandoned`).
 
 use super::context::MAILBOX_GRACE;
 use super::correlation::{SealedState, StateError};
@@ -42,9 +45,12 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// How long an outcome mailbox outlives its round: the handler's run from the answers to its
-/// next boundary (or its result) must fit in it.
-const OUTCOME_WINDOW: Duration = Duration::from_secs(600);
+/// How long a replica serving a retry waits for the round's outcome: the handler's run from the
+/// answers to its next boundary (or its result) must fit in it.
+pub const OUTCOME_WINDOW: Duration = Duration::from_secs(600);
+/// How long the last outcome of a call stays for the replica that asks for it, after the call
+/// ended (the owner may finish before that replica's request arrives).
+const OUTCOME_LINGER: Duration = Duration::from_secs(30);
 /// How often the replica serving a retry asks the owner whether the call still runs.
 const OWNER_CHECK_EVERY: Duration = Duration::from_secs(2);
 /// Owner checks that may fail in a row before the owner is taken for gone.
@@ -84,8 +90,8 @@ struct RoundAnswers {
     progress_token: Option<Value>,
 }
 
-/// What the owner puts into a round's outcome mailbox: what the handler sent since the retry,
-/// and the message that ends the round (`input_required` again, the result, or an error).
+/// The outcome of a round, for the retry that answered it: what the handler sent since, and the
+/// message that ends the round (`input_required` again, the result, or an error).
 #[derive(Debug, Serialize, Deserialize)]
 struct RoundOutcome {
     notifications: Vec<Value>,
@@ -165,16 +171,16 @@ impl Server {
         self.inner.modern_calls.lock().unwrap().insert(call_id, cancel.clone());
         let _registered = CallRegistration { server: self.clone(), call: call_id };
         let mut handler = std::pin::pin!(self.dispatch(ctx, &method, params));
-        // Where the current round's outcome goes: the first request's stream, or the outcome
-        // mailbox of the round a retry answered.
-        let mut outcome_box: Option<MailboxKey> = None;
+        // Where the current round's outcome goes: the first request's stream (`None`), or the
+        // replica serving the retry that answered round `n` (`Some(n)`).
+        let mut answered: Option<u32> = None;
+        let outcomes = OutcomeSlot::open(self, call_id);
         let mut round = 0u32;
         loop {
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => {
                     tracing::debug!(call = %format!("{call_id:032x}"), "call cancelled by the client");
-                    self.discard(outcome_box).await;
                     return;
                 }
                 result = &mut handler => {
@@ -187,7 +193,7 @@ impl Server {
                         (Err(error), None) => Message::error(Some(id.clone()), modern_error(error)),
                     };
                     self.metrics().mrtr_round(if message.is_response() { "complete" } else { "error" });
-                    self.end_round(outcome_box, &sink, tag, message).await;
+                    outcomes.end_round(answered, &sink, message);
                     return;
                 }
                 _ = call.asked.notified() => {}
@@ -196,7 +202,7 @@ impl Server {
             // rather than after the client answered what else it asks.
             if let Some(error) = call.protocol_error() {
                 self.metrics().mrtr_round("error");
-                self.end_round(outcome_box, &sink, tag, Message::error(Some(id.clone()), modern_error(error))).await;
+                outcomes.end_round(answered, &sink, Message::error(Some(id.clone()), modern_error(error)));
                 return;
             }
             let asks = call.outstanding();
@@ -205,17 +211,13 @@ impl Server {
             }
             round += 1;
             let timeout = asks.iter().map(|(_, kind, _)| self.inner.rendezvous.timeout(*kind)).max().expect("asks");
-            let (answers, next_outcome) = (MailboxKey::random(), MailboxKey::random());
+            let answers = MailboxKey::random();
             let owner = self.node_id();
             let mailbox = self.mailbox();
-            let created = tokio::try_join!(
-                mailbox.create(&answers, tag, owner, timeout + MAILBOX_GRACE),
-                mailbox.create(&next_outcome, tag, owner, timeout + MAILBOX_GRACE + OUTCOME_WINDOW),
-            );
-            if let Err(e) = created {
-                tracing::warn!(error = %e, "multi-round-trip round not started: its mailboxes could not be created");
+            if let Err(e) = mailbox.create(&answers, tag, owner, timeout + MAILBOX_GRACE).await {
+                tracing::warn!(error = %e, "multi-round-trip round not started: its mailbox could not be created");
                 let error = ErrorObject::internal(format!("the server could not park this call for input: {e}"));
-                self.end_round(outcome_box, &sink, tag, Message::error(Some(id.clone()), error)).await;
+                outcomes.end_round(answered, &sink, Message::error(Some(id.clone()), error));
                 return;
             }
             let state = SealedState {
@@ -223,7 +225,6 @@ impl Server {
                 call: call_id,
                 round,
                 answers: answers.clone(),
-                outcome: next_outcome.clone(),
                 deadline_ms: now_ms() + timeout.as_millis() as u64,
                 digest,
                 asks: asks.iter().map(|(key, kind, _)| (key.clone(), *kind)).collect(),
@@ -238,7 +239,7 @@ impl Server {
             tracing::info!(call = %format!("{call_id:032x}"), round, keys = requests_len(&result), "input required; call parked");
             // Counted before the client can see it is parked.
             self.metrics().mrtr_parked(1);
-            self.end_round(outcome_box.take(), &sink, tag, Message::response(id.clone(), self.envelope(&method, result, false))).await;
+            outcomes.end_round(answered.take(), &sink, Message::response(id.clone(), self.envelope(&method, result, false)));
             // The first request is answered; whatever the handler sends from now on goes back
             // with the outcome of the round a retry answers.
             sink.buffer();
@@ -263,11 +264,10 @@ impl Server {
                         if !call.outstanding().is_empty() {
                             call.asked.notify_one();
                         }
-                        outcome_box = Some(next_outcome);
+                        answered = Some(round);
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "undecodable answers in a round's mailbox; call dropped");
-                        self.discard(Some(next_outcome)).await;
                         return;
                     }
                 },
@@ -275,44 +275,17 @@ impl Server {
                     self.metrics().mrtr_round("abandoned");
                     tracing::info!(call = %format!("{call_id:032x}"), round, outcome = ?other, "no retry came in time; call dropped");
                     let _ = mailbox.delete(&answers).await;
-                    self.discard(Some(next_outcome)).await;
                     return;
                 }
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "waiting for a retry failed; call dropped");
-                    self.discard(Some(next_outcome)).await;
                     return;
                 }
                 None => {
                     let _ = mailbox.delete(&answers).await;
-                    self.discard(Some(next_outcome)).await;
                     return;
                 }
             }
-        }
-    }
-
-    /// Send the message that ends a round: on the first request's stream, or with the
-    /// notifications kept since the retry into the outcome mailbox the retry waits on.
-    async fn end_round(&self, outcome_box: Option<MailboxKey>, sink: &ModernSink, tag: SessionTag, last: Message) {
-        let Some(outcome_box) = outcome_box else {
-            debug_assert!(sink.is_streaming());
-            let _ = sink_send(sink, last);
-            return;
-        };
-        let outcome = RoundOutcome { notifications: sink.take().iter().map(Message::to_value).collect(), last: last.to_value() };
-        let value = serde_json::to_value(outcome).expect("outcomes serialize");
-        match self.mailbox().deliver(&outcome_box, tag, value).await {
-            Ok(DeliverOutcome::Delivered) => {}
-            Ok(other) => tracing::info!(outcome = other.label(), "round outcome not delivered: the retry is gone"),
-            Err(e) => tracing::warn!(error = %e, "round outcome not delivered"),
-        }
-    }
-
-    /// Remove an outcome mailbox nobody will fill.
-    async fn discard(&self, outcome_box: Option<MailboxKey>) {
-        if let Some(key) = outcome_box {
-            let _ = self.mailbox().delete(&key).await;
         }
     }
 
@@ -405,46 +378,57 @@ impl Server {
         Ok(state)
     }
 
-    /// Wait for the outcome of a round whose answers were delivered, checking that its owner
-    /// still runs the call.
+    /// Wait for the outcome of a round whose answers were delivered: from the owner's memory,
+    /// or over the peer port; meanwhile check that the owner still runs the call.
     async fn await_outcome(&self, state: &SealedState) -> Result<RoundOutcome, RetryError> {
-        let mailbox = self.mailbox();
-        let mut failures = 0;
-        let mut not_here_yet = 0;
-        loop {
-            match mailbox.wait(&state.outcome, OWNER_CHECK_EVERY).await {
-                Ok(WaitOutcome::Delivered(value)) => {
-                    // Taken: no replica needs to keep it.
-                    let (server, key) = (self.clone(), state.outcome.clone());
-                    tokio::spawn(async move {
-                        let _ = server.mailbox().delete(&key).await;
-                    });
-                    return serde_json::from_value(value).map_err(|e| RetryError::Lost(format!("the call's outcome is undecodable: {e}")));
+        let fetch = async {
+            let text = if state.owner == self.node_id() {
+                Ok(self.round_outcome(state.call, state.round, OUTCOME_WINDOW).await)
+            } else {
+                match &self.inner.cluster {
+                    Some(cluster) => cluster.round_outcome(state.owner, state.call, state.round).await,
+                    None => Ok(None),
                 }
-                // This replica may not have applied the mailbox's creation yet.
-                Ok(WaitOutcome::NotFound) if not_here_yet < 100 => {
-                    not_here_yet += 1;
-                    tokio::time::sleep(Duration::from_millis(20)).await;
+            };
+            match text {
+                Ok(Some(text)) => {
+                    serde_json::from_str(&text).map_err(|e| RetryError::Lost(format!("the call's outcome is undecodable: {e}")))
                 }
-                Ok(WaitOutcome::TimedOut) => match self.call_runs(state.owner, state.call, false).await {
+                Ok(None) => Err(RetryError::Lost("the call ended without an outcome for this round; call again".into())),
+                Err(e) => Err(RetryError::Lost(format!("the replica running this call (node {}) is gone ({e}); call again", state.owner))),
+            }
+        };
+        let watch_owner = async {
+            let mut failures = 0;
+            loop {
+                tokio::time::sleep(OWNER_CHECK_EVERY).await;
+                match self.call_runs(state.owner, state.call, false).await {
                     Ok(true) => failures = 0,
                     Ok(false) => failures = OWNER_CHECK_FAILURES,
                     Err(e) => {
                         failures += 1;
                         tracing::debug!(owner = state.owner, error = %e, "owner of a call not reached");
                     }
-                },
-                Ok(other) => return Err(RetryError::Lost(format!("the call ended without an outcome ({other:?}); call again"))),
-                Err(e) => return Err(RetryError::Lost(format!("the call's outcome could not be read: {e}"))),
-            }
-            if failures >= OWNER_CHECK_FAILURES {
-                // Its last outcome may have landed meanwhile.
-                if let Ok(WaitOutcome::Delivered(value)) = mailbox.wait(&state.outcome, Duration::from_millis(1)).await {
-                    return serde_json::from_value(value).map_err(|e| RetryError::Lost(e.to_string()));
                 }
-                return Err(RetryError::Lost(format!("the replica running this call (node {}) is gone; call again", state.owner)));
+                if failures >= OWNER_CHECK_FAILURES {
+                    return;
+                }
             }
+        };
+        tokio::select! {
+            biased;
+            outcome = fetch => outcome,
+            () = watch_owner => Err(RetryError::Lost(format!("the replica running this call (node {}) is gone; call again", state.owner))),
         }
+    }
+
+    /// The outcome of round `round` of call `call`, which runs (or just ran) here: waited for up
+    /// to `within`. `None` when no such call runs here, or it ended without one.
+    pub async fn round_outcome(&self, call: u128, round: u32, within: Duration) -> Option<String> {
+        let mut rx = self.inner.round_outcomes.lock().unwrap().get(&call)?.subscribe();
+        let ready = tokio::time::timeout(within, rx.wait_for(|o| o.as_ref().is_some_and(|(r, _)| *r >= round))).await;
+        let outcome = ready.ok()?.ok()?.clone();
+        outcome.filter(|(r, _)| *r == round).map(|(_, text)| text.to_string())
     }
 
     /// Whether the call runs on `owner` (here, or asked over the peer port), cancelling it first
@@ -459,8 +443,12 @@ impl Server {
         }
     }
 
-    /// Whether the 2026-07-28 call `call` runs on this node, cancelling it first when `cancel`.
+    /// Whether the 2026-07-28 call `call` runs on this node (or just ended, its last outcome
+    /// not taken yet), cancelling it first when `cancel`.
     pub fn modern_call(&self, call: u128, cancel: bool) -> bool {
+        if self.inner.round_outcomes.lock().unwrap().contains_key(&call) && !self.inner.modern_calls.lock().unwrap().contains_key(&call) {
+            return true;
+        }
         let calls = self.inner.modern_calls.lock().unwrap();
         match calls.get(&call) {
             Some(token) => {
@@ -471,6 +459,49 @@ impl Server {
                 true
             }
             None => false,
+        }
+    }
+}
+
+/// Where a call's round outcomes wait for the replica serving each retry. Forgotten a while
+/// after the call ends (its last outcome may not have been fetched yet).
+struct OutcomeSlot {
+    server: Server,
+    call: u128,
+    slot: tokio::sync::watch::Sender<Option<(u32, Arc<str>)>>,
+}
+
+impl OutcomeSlot {
+    fn open(server: &Server, call: u128) -> Self {
+        let slot = tokio::sync::watch::Sender::new(None);
+        server.inner.round_outcomes.lock().unwrap().insert(call, slot.clone());
+        OutcomeSlot { server: server.clone(), call, slot }
+    }
+
+    /// Send the message that ends a round: on the first request's stream (`answered` is
+    /// `None`), or, with the notifications kept since the retry, to the replica serving the
+    /// retry that answered round `answered`.
+    fn end_round(&self, answered: Option<u32>, sink: &ModernSink, last: Message) {
+        let Some(round) = answered else {
+            debug_assert!(sink.is_streaming());
+            let _ = sink_send(sink, last);
+            return;
+        };
+        let outcome = RoundOutcome { notifications: sink.take().iter().map(Message::to_value).collect(), last: last.to_value() };
+        let text: Arc<str> = serde_json::to_string(&outcome).expect("outcomes serialize").into();
+        self.slot.send_replace(Some((round, text)));
+    }
+}
+
+impl Drop for OutcomeSlot {
+    fn drop(&mut self) {
+        let (server, call) = (self.server.clone(), self.call);
+        let forget = async move {
+            tokio::time::sleep(OUTCOME_LINGER).await;
+            server.inner.round_outcomes.lock().unwrap().remove(&call);
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            tokio::spawn(forget);
         }
     }
 }
