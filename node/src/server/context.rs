@@ -13,6 +13,7 @@ use super::rendezvous::Rendezvous;
 use super::round::{AskError, ModernCall};
 use super::schema::validation_errors;
 use crate::mailbox::{MailboxError, MailboxKey, WaitOutcome};
+use crate::protocol::json_text::JsonText;
 use crate::protocol::jsonrpc::{ErrorObject, MISSING_REQUIRED_CLIENT_CAPABILITY, Message, RequestId};
 use crate::protocol::types::{
     CapabilityFlags, CreateMessageParams, CreateMessageResult, ElicitAction, ElicitResult, ListRootsResult, LogLevel, ProtocolVersion,
@@ -316,7 +317,14 @@ impl RequestContext {
         };
         let key = key.map(str::to_owned).unwrap_or_else(|| call.generated_key(kind));
         let started = Instant::now();
-        let request = json!({"method": method, "params": params});
+        // Kept as text while parked: the `Value`s go before the wait (moved in, not copied by
+        // `json!`, which would leave `params` in this future).
+        let request = {
+            let mut request = Map::new();
+            request.insert("method".into(), Value::String(method.into()));
+            request.insert("params".into(), params);
+            JsonText::from(&Value::Object(request))
+        };
         let answer = call.ask(key, kind, request).await;
         self.scope.rendezvous.metrics.observe_wait(kind, started.elapsed());
         match answer {

@@ -10,6 +10,7 @@ use super::local::{LocalSession, LocalSessions};
 use super::offerings::Offerings;
 use super::outbound::Outbound;
 use super::rendezvous::Rendezvous;
+use super::round::OutcomeCell;
 use crate::mailbox::Mailbox;
 use crate::metrics::Metrics;
 use crate::protocol::jsonrpc::{ErrorObject, LIMIT_REACHED, encodes_longer_than};
@@ -37,7 +38,7 @@ pub(super) struct Inner {
     pub(super) modern_calls: Mutex<HashMap<u128, CancellationToken>>,
     /// The latest round outcome of each 2026-07-28 call run here, `(round, JSON text)`, for
     /// the replica serving the retry that answered that round.
-    pub(super) round_outcomes: Mutex<HashMap<u128, tokio::sync::watch::Sender<Option<(u32, Arc<str>)>>>>,
+    pub(super) round_outcomes: Mutex<HashMap<u128, Arc<OutcomeCell>>>,
     /// Open `subscriptions/listen` streams on this node, by an id of this node's.
     pub(super) listeners: Mutex<Vec<(u64, Listener)>>,
     pub(super) next_listener: std::sync::atomic::AtomicU64,

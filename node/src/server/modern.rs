@@ -60,6 +60,8 @@ impl Server {
                 return;
             }
             let client = ModernClient::from_meta(&meta);
+            // What the call needs of it is in `client`; the rest need not stay while it parks.
+            drop(meta);
             if MRTR_METHODS.contains(&method.as_str()) {
                 server.run_call(CallRequest { client, id, method, params, out, cancel }, place).await;
                 return;

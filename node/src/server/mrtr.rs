@@ -33,7 +33,7 @@ use super::envelope::modern_error;
 use super::handle::Server;
 use super::outbound::{Outbound, Outgoing};
 use super::requests::NodePlace;
-use super::round::{ModernCall, ModernClient, ModernSink, check_response};
+use super::round::{ModernCall, ModernClient, ModernSink, OutcomeCell, check_response};
 use crate::clock::now_ms;
 use crate::mailbox::{DeliverOutcome, MailboxKey, SessionTag, WaitOutcome};
 use crate::protocol::jsonrpc::{ErrorObject, INTERNAL_ERROR, Message, RequestId, message_from_value};
@@ -220,26 +220,15 @@ impl Server {
                 outcomes.end_round(answered, &sink, Message::error(Some(id.clone()), error));
                 return;
             }
-            let state = SealedState {
-                owner,
-                call: call_id,
-                round,
-                answers: answers.clone(),
-                deadline_ms: now_ms() + timeout.as_millis() as u64,
-                digest,
-                asks: asks.iter().map(|(key, kind, _)| (key.clone(), *kind)).collect(),
-            };
-            let requests: Map<String, Value> = asks.into_iter().map(|(key, _, request)| (key, request)).collect();
-            let result = json!({
-                "resultType": "input_required",
-                "inputRequests": requests,
-                "requestState": self.sealer().seal_state(&state),
-            });
+            let deadline_ms = now_ms() + timeout.as_millis() as u64;
+            let state = SealedState { owner, call: call_id, round, answers: answers.clone(), deadline_ms, digest, asks: Vec::new() };
+            // Built in a function of its own: nothing of it stays in this future while it parks.
+            let input_required = self.input_required(&method, &id, state, asks);
             self.metrics().mrtr_round("input_required");
-            tracing::info!(call = %format!("{call_id:032x}"), round, keys = requests_len(&result), "input required; call parked");
+            tracing::info!(call = %format!("{call_id:032x}"), round, "input required; call parked");
             // Counted before the client can see it is parked.
             self.metrics().mrtr_parked(1);
-            outcomes.end_round(answered.take(), &sink, Message::response(id.clone(), self.envelope(&method, result, false)));
+            outcomes.end_round(answered.take(), &sink, input_required);
             // The first request is answered; whatever the handler sends from now on goes back
             // with the outcome of the round a retry answers.
             sink.buffer();
@@ -289,6 +278,21 @@ impl Server {
         }
     }
 
+    /// The `input_required` answer of a round: the outstanding asks, and the sealed state (with
+    /// their keys and kinds).
+    fn input_required(&self, method: &str, id: &RequestId, mut state: SealedState, asks: Vec<(String, RequestKind, Value)>) -> Message {
+        let mut requests = Map::new();
+        for (key, kind, request) in asks {
+            state.asks.push((key.clone(), kind));
+            requests.insert(key, request);
+        }
+        let mut result = Map::new();
+        result.insert("resultType".into(), json!("input_required"));
+        result.insert("inputRequests".into(), Value::Object(requests));
+        result.insert("requestState".into(), Value::String(self.sealer().seal_state(&state)));
+        Message::response(id.clone(), self.envelope(method, Value::Object(result), false))
+    }
+
     /// Serve a retry here: check its state and answers, deliver them to the call's owner
     /// through the mailbox, and wait for the round's outcome. `None` when the client closed
     /// the retry's stream first (the call is cancelled on its owner).
@@ -324,7 +328,19 @@ impl Server {
             progress_token: client.progress_token.clone(),
         };
         let tag = self.call_tag(state.call);
-        let delivered = self.mailbox().deliver(&state.answers, tag, serde_json::to_value(answers).expect("answers serialize")).await;
+        // The request for the outcome goes out while the answers are being committed: the owner
+        // holds it until the round ends, so its trip is off the round trip's critical path.
+        let deliver = self.mailbox().deliver(&state.answers, tag, serde_json::to_value(answers).expect("answers serialize"));
+        let fetch = self.await_outcome(&state);
+        tokio::pin!(deliver, fetch);
+        let mut fetched = None;
+        let delivered = loop {
+            tokio::select! {
+                biased;
+                delivered = &mut deliver => break delivered,
+                outcome = &mut fetch, if fetched.is_none() => fetched = Some(outcome),
+            }
+        };
         let refused = |reason: &'static str, message: &str| {
             self.metrics().mrtr_rejected(reason);
             Some(Err(RetryError::Refused { reason, message: message.into() }))
@@ -342,10 +358,13 @@ impl Server {
         }
         // From here the call runs again on its owner; a client leaving cancels it there.
         let mut on_leave = CancelOnLeave { server: self.clone(), owner: state.owner, call: state.call, armed: true };
-        let outcome = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => return None,
-            outcome = self.await_outcome(&state) => outcome,
+        let outcome = match fetched {
+            Some(outcome) => outcome,
+            None => tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return None,
+                outcome = &mut fetch => outcome,
+            },
         };
         on_leave.armed = false;
         let outcome = match outcome {
@@ -425,10 +444,8 @@ impl Server {
     /// The outcome of round `round` of call `call`, which runs (or just ran) here: waited for up
     /// to `within`. `None` when no such call runs here, or it ended without one.
     pub async fn round_outcome(&self, call: u128, round: u32, within: Duration) -> Option<String> {
-        let mut rx = self.inner.round_outcomes.lock().unwrap().get(&call)?.subscribe();
-        let ready = tokio::time::timeout(within, rx.wait_for(|o| o.as_ref().is_some_and(|(r, _)| *r >= round))).await;
-        let outcome = ready.ok()?.ok()?.clone();
-        outcome.filter(|(r, _)| *r == round).map(|(_, text)| text.to_string())
+        let cell = self.inner.round_outcomes.lock().unwrap().get(&call)?.clone();
+        tokio::time::timeout(within, cell.wait(round)).await.ok()?.map(|text| text.to_string())
     }
 
     /// Whether the call runs on `owner` (here, or asked over the peer port), cancelling it first
@@ -468,14 +485,14 @@ impl Server {
 struct OutcomeSlot {
     server: Server,
     call: u128,
-    slot: tokio::sync::watch::Sender<Option<(u32, Arc<str>)>>,
+    cell: Arc<OutcomeCell>,
 }
 
 impl OutcomeSlot {
     fn open(server: &Server, call: u128) -> Self {
-        let slot = tokio::sync::watch::Sender::new(None);
-        server.inner.round_outcomes.lock().unwrap().insert(call, slot.clone());
-        OutcomeSlot { server: server.clone(), call, slot }
+        let cell = Arc::new(OutcomeCell::default());
+        server.inner.round_outcomes.lock().unwrap().insert(call, cell.clone());
+        OutcomeSlot { server: server.clone(), call, cell }
     }
 
     /// Send the message that ends a round: on the first request's stream (`answered` is
@@ -489,7 +506,7 @@ impl OutcomeSlot {
         };
         let outcome = RoundOutcome { notifications: sink.take().iter().map(Message::to_value).collect(), last: last.to_value() };
         let text: Arc<str> = serde_json::to_string(&outcome).expect("outcomes serialize").into();
-        self.slot.send_replace(Some((round, text)));
+        self.cell.set(round, text);
     }
 }
 
@@ -562,10 +579,6 @@ fn retry_answers(params: &Value, asks: &[(String, RequestKind)]) -> Result<Map<S
 fn sink_send(sink: &ModernSink, message: Message) -> Result<(), super::outbound::StreamClosed> {
     use super::outbound::OutboundSink;
     sink.send(Outgoing::Message(Box::new(message)))
-}
-
-fn requests_len(result: &Value) -> usize {
-    result["inputRequests"].as_object().map_or(0, Map::len)
 }
 
 /// The owner's last message of a round, answered under the retry's own id.

@@ -92,7 +92,7 @@ impl ModernCall {
 
     /// Register an input request and wait for the client's answer to it (or take the one it
     /// sent ahead). The answer's shape is checked for its kind; its content is the caller's.
-    pub(super) async fn ask(&self, key: String, kind: RequestKind, request: Value) -> Result<Value, AskError> {
+    pub(super) async fn ask(&self, key: String, kind: RequestKind, request: JsonText) -> Result<Value, AskError> {
         let receiver = {
             let mut round = self.round.lock().unwrap();
             if let Some(answer) = round.prefilled.remove(&key) {
@@ -101,7 +101,9 @@ impl ModernCall {
                 return Ok(answer);
             }
             let (reply, receiver) = oneshot::channel();
-            round.waiting.push(Ask { key, kind, request: JsonText::from(&request), reply });
+            // Most rounds ask one thing: no room for four.
+            round.waiting.reserve_exact(1);
+            round.waiting.push(Ask { key, kind, request, reply });
             receiver
         };
         self.asked.notify_one();
@@ -139,6 +141,38 @@ impl ModernCall {
 
     pub(super) fn protocol_error(&self) -> Option<ErrorObject> {
         self.protocol_error.lock().unwrap().clone()
+    }
+}
+
+/// The latest round outcome of a call (`(round, JSON text)`), for the replica serving the
+/// retry that answered that round. A mutex and a `Notify` rather than a watch channel: one per
+/// parked call, at a fraction of the memory.
+#[derive(Default)]
+pub(super) struct OutcomeCell {
+    latest: Mutex<Option<(u32, std::sync::Arc<str>)>>,
+    ready: Notify,
+}
+
+impl OutcomeCell {
+    pub(super) fn set(&self, round: u32, outcome: std::sync::Arc<str>) {
+        *self.latest.lock().unwrap() = Some((round, outcome));
+        self.ready.notify_waiters();
+    }
+
+    /// The outcome of `round`, once there is one of that round or a later one (then `None`).
+    pub(super) async fn wait(&self, round: u32) -> Option<std::sync::Arc<str>> {
+        loop {
+            let notified = self.ready.notified();
+            tokio::pin!(notified);
+            // Registered before the look, so a `set` in between is not missed.
+            notified.as_mut().enable();
+            if let Some((r, outcome)) = self.latest.lock().unwrap().as_ref()
+                && *r >= round
+            {
+                return (*r == round).then(|| outcome.clone());
+            }
+            notified.await;
+        }
     }
 }
 
@@ -225,6 +259,10 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn text(value: Value) -> JsonText {
+        JsonText::from(&value)
+    }
+
     fn call(prefilled: Value) -> ModernCall {
         let client = ModernClient {
             version: ProtocolVersion::V2026_07_28,
@@ -238,11 +276,11 @@ mod tests {
     #[tokio::test]
     async fn asks_wait_for_their_own_key_and_take_answers_sent_ahead() {
         let call = std::sync::Arc::new(call(json!({"ahead": {"action": "decline"}, "bad": {"action": "maybe"}})));
-        assert_eq!(call.ask("ahead".into(), RequestKind::Elicitation, json!({})).await, Ok(json!({"action": "decline"})));
-        assert!(matches!(call.ask("bad".into(), RequestKind::Elicitation, json!({})).await, Err(AskError::Malformed { .. })));
+        assert_eq!(call.ask("ahead".into(), RequestKind::Elicitation, text(json!({}))).await, Ok(json!({"action": "decline"})));
+        assert!(matches!(call.ask("bad".into(), RequestKind::Elicitation, text(json!({}))).await, Err(AskError::Malformed { .. })));
         let (a, b) = (call.clone(), call.clone());
-        let first = tokio::spawn(async move { a.ask("one".into(), RequestKind::Roots, json!({"method": "roots/list"})).await });
-        let second = tokio::spawn(async move { b.ask("two".into(), RequestKind::Elicitation, json!({})).await });
+        let first = tokio::spawn(async move { a.ask("one".into(), RequestKind::Roots, text(json!({"method": "roots/list"}))).await });
+        let second = tokio::spawn(async move { b.ask("two".into(), RequestKind::Elicitation, text(json!({}))).await });
         while call.outstanding().len() < 2 {
             tokio::task::yield_now().await;
         }
