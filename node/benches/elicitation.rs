@@ -631,10 +631,31 @@ async fn trip(http: &reqwest::Client, wire: Wire, call: &str, answer: &str, sess
     }
 }
 
+/// What a client does before its first call: `initialize` (2025), or the `server/discover`
+/// probe an auto-mode client sends (2026; no session: an empty id).
 async fn open_session(http: &reqwest::Client, wire: Wire, url: &str) -> Result<String, String> {
     match wire {
         Wire::Session => initialize(http, url).await,
-        Wire::Mrtr => Ok(String::new()),
+        Wire::Mrtr => {
+            let body = json!({"jsonrpc": "2.0", "id": 0, "method": "server/discover", "params": {"_meta": {
+                "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
+                "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}, "sampling": {}}}}});
+            let response = http
+                .post(url)
+                .header("accept", ACCEPT)
+                .header("mcp-protocol-version", MODERN_VERSION)
+                .header("mcp-method", "server/discover")
+                .json(&body)
+                .send()
+                .await
+                .map_err(|e| format!("server/discover: {e}"))?;
+            let status = response.status();
+            let text = response.text().await.map_err(|e| e.to_string())?;
+            if status != 200 || !text.contains("2026-07-28") {
+                return Err(format!("server/discover: {status} {text}"));
+            }
+            Ok(String::new())
+        }
     }
 }
 
@@ -780,6 +801,10 @@ impl Parked {
 /// connection dropped: the handler stays parked) and measure the RSS of `watch` (the owner
 /// first) before and after; then PARKED more for the marginal cost.
 async fn park(http: &reqwest::Client, url: &str, metrics_url: &str, watch: &[(String, u32)], parks: Parks) -> Parked {
+    // A 2026 call's answer completes its response, so its connection would go back to the
+    // client's pool and the node would keep PARK_CONCURRENCY idle connections: not memory of
+    // the parked calls. Closed after each call instead, as the 2025 calls' connections are.
+    let closing = reqwest::Client::builder().tcp_nodelay(true).pool_max_idle_per_host(0).build().unwrap();
     let sessions: Vec<String> = futures::stream::iter(0..PARK_SESSIONS)
         .map(|_| open_session(http, if parks == Parks::Mrtr { Wire::Mrtr } else { Wire::Session }, url))
         .buffer_unordered(50)
@@ -791,13 +816,13 @@ async fn park(http: &reqwest::Client, url: &str, metrics_url: &str, watch: &[(St
     let (mut parked, mut took, mut pending) = ([0; 2], Duration::ZERO, None);
     for (round, parked_in_round) in parked.iter_mut().enumerate() {
         let start = Instant::now();
-        let sessions = &sessions;
+        let (sessions, closing) = (&sessions, &closing);
         *parked_in_round = futures::stream::iter(0..PARKED)
             .map(|i| async move {
                 let call_id = (round * PARKED + i) as u64 / PARK_SESSIONS as u64 + 1;
                 if parks == Parks::Mrtr {
                     // Answered input_required; the handler stays parked for a retry.
-                    return modern_call(http, url, (round * PARKED + i) as u64, json!({})).await.map(drop);
+                    return modern_call(&closing, url, (round * PARKED + i) as u64, json!({})).await.map(drop);
                 }
                 // Dropping the stream closes the connection; the handler stays parked.
                 call_until_parked(http, url, &sessions[i % PARK_SESSIONS], call_id, parks).await.map(drop)

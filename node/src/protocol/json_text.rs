@@ -22,8 +22,11 @@ impl JsonText {
 }
 
 impl From<&serde_json::Value> for JsonText {
+    /// Without the spare capacity writing leaves: a text may be kept for minutes.
     fn from(value: &serde_json::Value) -> Self {
-        JsonText(value.to_string())
+        let mut text = value.to_string();
+        text.shrink_to_fit();
+        JsonText(text)
     }
 }
 

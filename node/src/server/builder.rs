@@ -95,7 +95,6 @@ impl ServerBuilder {
                 local: Default::default(),
                 in_flight: Default::default(),
                 modern_calls: Default::default(),
-                round_outcomes: Default::default(),
                 listeners: Default::default(),
                 next_listener: Default::default(),
                 session_end_hooks: Default::default(),

@@ -312,7 +312,8 @@ impl RequestContext {
     /// on the session's stream (legacy), or an input request of this round (2026-07-28).
     async fn ask(&self, key: Option<&str>, kind: RequestKind, method: &str, params: Value) -> Result<Value, ClientRequestError> {
         let call = match &self.scope.caller {
-            Caller::Session { record, .. } => return self.request(record, kind, method, params).await,
+            // Boxed: a 2026 call parks in this future and need not make room for the 2025 path.
+            Caller::Session { record, .. } => return Box::pin(self.request(record, kind, method, params)).await,
             Caller::Modern(call) => call,
         };
         let key = key.map(str::to_owned).unwrap_or_else(|| call.generated_key(kind));

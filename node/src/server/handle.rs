@@ -10,7 +10,7 @@ use super::local::{LocalSession, LocalSessions};
 use super::offerings::Offerings;
 use super::outbound::Outbound;
 use super::rendezvous::Rendezvous;
-use super::round::OutcomeCell;
+use super::round::ModernCall;
 use crate::mailbox::Mailbox;
 use crate::metrics::Metrics;
 use crate::protocol::jsonrpc::{ErrorObject, LIMIT_REACHED, encodes_longer_than};
@@ -20,7 +20,6 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, RwLock};
-use tokio_util::sync::CancellationToken;
 
 pub(super) struct Inner {
     pub(super) cluster: Option<Arc<dyn ClusterLink>>,
@@ -33,12 +32,9 @@ pub(super) struct Inner {
     pub(super) local: LocalSessions,
     /// Requests running on this node (parked ones included), every session together.
     pub(super) in_flight: AtomicUsize,
-    /// The 2026-07-28 calls whose handlers run here, by call id (to cancel one, or tell a
-    /// replica serving its retry that it still runs).
-    pub(super) modern_calls: Mutex<HashMap<u128, CancellationToken>>,
-    /// The latest round outcome of each 2026-07-28 call run here, `(round, JSON text)`, for
-    /// the replica serving the retry that answered that round.
-    pub(super) round_outcomes: Mutex<HashMap<u128, Arc<OutcomeCell>>>,
+    /// The 2026-07-28 calls whose handlers run (or just ran) here, by call id: to cancel one,
+    /// tell a replica serving its retry that it still runs, and hand it the round's outcome.
+    pub(super) modern_calls: Mutex<HashMap<u128, Arc<ModernCall>>>,
     /// Open `subscriptions/listen` streams on this node, by an id of this node's.
     pub(super) listeners: Mutex<Vec<(u64, Listener)>>,
     pub(super) next_listener: std::sync::atomic::AtomicU64,

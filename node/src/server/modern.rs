@@ -50,22 +50,23 @@ impl Server {
             let _ = out.send(Outgoing::Message(Box::new(Message::error(Some(id), error))));
             return;
         };
+        let params = params.unwrap_or_else(|| json!({}));
+        if method == "tools/call"
+            && let Err(error) = self.check_param_headers(&params, &meta.param_headers)
+        {
+            let _ = out.send(Outgoing::Message(Box::new(Message::error(Some(id), error))));
+            return;
+        }
+        // All a call needs of the `_meta` is in `client`: nothing else of it goes into the task.
+        let client = ModernClient::from_meta(&meta);
+        drop(meta);
+        if let Some(method) = MRTR_METHODS.iter().copied().find(|m| *m == method) {
+            // The call's own future is the task (no wrapper around it): a parked call's memory.
+            tokio::spawn(self.clone().run_call(CallRequest { client, id, method, params, out, cancel }, place));
+            return;
+        }
         let server = self.clone();
         tokio::spawn(async move {
-            let params = params.unwrap_or_else(|| json!({}));
-            if method == "tools/call"
-                && let Err(error) = server.check_param_headers(&params, &meta.param_headers)
-            {
-                let _ = out.send(Outgoing::Message(Box::new(Message::error(Some(id), error))));
-                return;
-            }
-            let client = ModernClient::from_meta(&meta);
-            // What the call needs of it is in `client`; the rest need not stay while it parks.
-            drop(meta);
-            if MRTR_METHODS.contains(&method.as_str()) {
-                server.run_call(CallRequest { client, id, method, params, out, cancel }, place).await;
-                return;
-            }
             let reply = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return,
@@ -103,7 +104,7 @@ impl Server {
         if method == "server/discover" {
             return Ok(self.discover());
         }
-        let call = Arc::new(ModernCall::new(client, Map::new()));
+        let call = Arc::new(ModernCall::new(client, Map::new(), out.clone(), cancel.clone()));
         self.dispatch(self.modern_context(call, id, out.clone(), cancel), method, params).await
     }
 

@@ -31,9 +31,10 @@ use super::context::MAILBOX_GRACE;
 use super::correlation::{SealedState, StateError};
 use super::envelope::modern_error;
 use super::handle::Server;
+use super::outbound::OutboundSink;
 use super::outbound::{Outbound, Outgoing};
 use super::requests::NodePlace;
-use super::round::{ModernCall, ModernClient, ModernSink, OutcomeCell, check_response};
+use super::round::{ModernCall, ModernClient, check_response};
 use crate::clock::now_ms;
 use crate::mailbox::{DeliverOutcome, MailboxKey, SessionTag, WaitOutcome};
 use crate::protocol::jsonrpc::{ErrorObject, INTERNAL_ERROR, Message, RequestId, message_from_value};
@@ -74,7 +75,8 @@ pub(super) fn call_digest(method: &str, params: &Value) -> [u8; 32] {
 pub(super) struct CallRequest {
     pub(super) client: ModernClient,
     pub(super) id: RequestId,
-    pub(super) method: String,
+    /// One of `protocol::era::MRTR_METHODS`.
+    pub(super) method: &'static str,
     pub(super) params: Value,
     pub(super) out: Outbound,
     /// The client closing the response.
@@ -129,13 +131,14 @@ impl Server {
 
     /// Run a `tools/call`, `prompts/get` or `resources/read`: a fresh call here, or a retry
     /// that continues a call parked here or on another replica.
-    pub(super) async fn run_call(&self, call: CallRequest, place: NodePlace) {
+    pub(super) async fn run_call(self, call: CallRequest, place: NodePlace) {
         let CallRequest { client, id, method, params, out, cancel } = call;
         let state = params.get("requestState").cloned();
         let message = match state {
             Some(Value::String(state)) => {
                 drop(place);
-                match self.relay_retry(&client, &method, &params, &state, &out, &cancel).await {
+                // Boxed: a parked call's task need not make room for a retry's state.
+                match Box::pin(self.relay_retry(&client, method, &params, &state, &out, &cancel)).await {
                     Some(Ok(last)) => relabel(last, &id),
                     Some(Err(e)) => {
                         tracing::debug!(error = %e, "retry refused");
@@ -162,19 +165,16 @@ impl Server {
                 return;
             }
         };
-        let digest = call_digest(&method, &params);
+        let digest = call_digest(method, &params);
         let call_id: u128 = rand::random();
         let tag = self.call_tag(call_id);
-        let call = Arc::new(ModernCall::new(client, prefilled));
-        let sink = Arc::new(ModernSink::new(out));
-        let ctx = self.modern_context(call.clone(), &id, Outbound::from(sink.clone()), &cancel);
-        self.inner.modern_calls.lock().unwrap().insert(call_id, cancel.clone());
-        let _registered = CallRegistration { server: self.clone(), call: call_id };
-        let mut handler = std::pin::pin!(self.dispatch(ctx, &method, params));
+        let call = Arc::new(ModernCall::new(client, prefilled, out, cancel.clone()));
+        let ctx = self.modern_context(call.clone(), &id, Outbound::from(call.clone()), &cancel);
+        let outcomes = Registered::open(self, call_id, &call);
+        let mut handler = std::pin::pin!(self.dispatch(ctx, method, params));
         // Where the current round's outcome goes: the first request's stream (`None`), or the
         // replica serving the retry that answered round `n` (`Some(n)`).
         let mut answered: Option<u32> = None;
-        let outcomes = OutcomeSlot::open(self, call_id);
         let mut round = 0u32;
         loop {
             tokio::select! {
@@ -189,11 +189,11 @@ impl Server {
                         (Ok(result), Some(error)) if result.get("isError") == Some(&json!(true)) => {
                             Message::error(Some(id.clone()), modern_error(error))
                         }
-                        (Ok(result), _) => Message::response(id.clone(), self.envelope(&method, result, round > 0)),
+                        (Ok(result), _) => Message::response(id.clone(), self.envelope(method, result, round > 0)),
                         (Err(error), None) => Message::error(Some(id.clone()), modern_error(error)),
                     };
                     self.metrics().mrtr_round(if message.is_response() { "complete" } else { "error" });
-                    outcomes.end_round(answered, &sink, message);
+                    outcomes.end_round(answered, &call, message);
                     return;
                 }
                 _ = call.asked.notified() => {}
@@ -202,7 +202,7 @@ impl Server {
             // rather than after the client answered what else it asks.
             if let Some(error) = call.protocol_error() {
                 self.metrics().mrtr_round("error");
-                outcomes.end_round(answered, &sink, Message::error(Some(id.clone()), modern_error(error)));
+                outcomes.end_round(answered, &call, Message::error(Some(id.clone()), modern_error(error)));
                 return;
             }
             let asks = call.outstanding();
@@ -217,21 +217,21 @@ impl Server {
             if let Err(e) = mailbox.create(&answers, tag, owner, timeout + MAILBOX_GRACE).await {
                 tracing::warn!(error = %e, "multi-round-trip round not started: its mailbox could not be created");
                 let error = ErrorObject::internal(format!("the server could not park this call for input: {e}"));
-                outcomes.end_round(answered, &sink, Message::error(Some(id.clone()), error));
+                outcomes.end_round(answered, &call, Message::error(Some(id.clone()), error));
                 return;
             }
             let deadline_ms = now_ms() + timeout.as_millis() as u64;
             let state = SealedState { owner, call: call_id, round, answers: answers.clone(), deadline_ms, digest, asks: Vec::new() };
             // Built in a function of its own: nothing of it stays in this future while it parks.
-            let input_required = self.input_required(&method, &id, state, asks);
+            let input_required = self.input_required(method, &id, state, asks);
             self.metrics().mrtr_round("input_required");
             tracing::info!(call = %format!("{call_id:032x}"), round, "input required; call parked");
             // Counted before the client can see it is parked.
             self.metrics().mrtr_parked(1);
-            outcomes.end_round(answered.take(), &sink, input_required);
+            outcomes.end_round(answered.take(), &call, input_required);
             // The first request is answered; whatever the handler sends from now on goes back
             // with the outcome of the round a retry answers.
-            sink.buffer();
+            call.buffer();
             let waited = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => None,
@@ -444,8 +444,8 @@ impl Server {
     /// The outcome of round `round` of call `call`, which runs (or just ran) here: waited for up
     /// to `within`. `None` when no such call runs here, or it ended without one.
     pub async fn round_outcome(&self, call: u128, round: u32, within: Duration) -> Option<String> {
-        let cell = self.inner.round_outcomes.lock().unwrap().get(&call)?.clone();
-        tokio::time::timeout(within, cell.wait(round)).await.ok()?.map(|text| text.to_string())
+        let entry = self.inner.modern_calls.lock().unwrap().get(&call)?.clone();
+        tokio::time::timeout(within, entry.outcome.wait(round)).await.ok()?.map(|text| text.to_string())
     }
 
     /// Whether the call runs on `owner` (here, or asked over the peer port), cancelling it first
@@ -461,77 +461,59 @@ impl Server {
     }
 
     /// Whether the 2026-07-28 call `call` runs on this node (or just ended, its last outcome
-    /// not taken yet), cancelling it first when `cancel`.
+    /// not fetched yet), cancelling it first when `cancel`.
     pub fn modern_call(&self, call: u128, cancel: bool) -> bool {
-        if self.inner.round_outcomes.lock().unwrap().contains_key(&call) && !self.inner.modern_calls.lock().unwrap().contains_key(&call) {
-            return true;
+        let Some(entry) = self.inner.modern_calls.lock().unwrap().get(&call).cloned() else { return false };
+        if cancel && !entry.cancel.is_cancelled() {
+            tracing::info!(call = %format!("{call:032x}"), "call cancelled: the client closed its retry");
+            entry.cancel.cancel();
         }
-        let calls = self.inner.modern_calls.lock().unwrap();
-        match calls.get(&call) {
-            Some(token) => {
-                if cancel {
-                    tracing::info!(call = %format!("{call:032x}"), "call cancelled: the client closed its retry");
-                    token.cancel();
-                }
-                true
-            }
-            None => false,
-        }
+        true
     }
 }
 
-/// Where a call's round outcomes wait for the replica serving each retry. Forgotten a while
-/// after the call ends (its last outcome may not have been fetched yet).
-struct OutcomeSlot {
+/// A call's entry in this node's registry: how to cancel it, and where its round outcomes wait
+/// for the replica serving each retry. Forgotten a while after the call ends (its last outcome
+/// may not have been fetched yet).
+struct Registered {
     server: Server,
-    call: u128,
-    cell: Arc<OutcomeCell>,
+    id: u128,
+    call: Arc<ModernCall>,
 }
 
-impl OutcomeSlot {
-    fn open(server: &Server, call: u128) -> Self {
-        let cell = Arc::new(OutcomeCell::default());
-        server.inner.round_outcomes.lock().unwrap().insert(call, cell.clone());
-        OutcomeSlot { server: server.clone(), call, cell }
+impl Registered {
+    fn open(server: &Server, id: u128, call: &Arc<ModernCall>) -> Self {
+        server.inner.modern_calls.lock().unwrap().insert(id, call.clone());
+        Registered { server: server.clone(), id, call: call.clone() }
     }
 
     /// Send the message that ends a round: on the first request's stream (`answered` is
     /// `None`), or, with the notifications kept since the retry, to the replica serving the
     /// retry that answered round `answered`.
-    fn end_round(&self, answered: Option<u32>, sink: &ModernSink, last: Message) {
+    fn end_round(&self, answered: Option<u32>, call: &ModernCall, last: Message) {
         let Some(round) = answered else {
-            debug_assert!(sink.is_streaming());
-            let _ = sink_send(sink, last);
+            debug_assert!(call.is_streaming());
+            let _ = call.send(Outgoing::Message(Box::new(last)));
             return;
         };
-        let outcome = RoundOutcome { notifications: sink.take().iter().map(Message::to_value).collect(), last: last.to_value() };
+        let outcome = RoundOutcome { notifications: call.take().iter().map(Message::to_value).collect(), last: last.to_value() };
         let text: Arc<str> = serde_json::to_string(&outcome).expect("outcomes serialize").into();
-        self.cell.set(round, text);
+        self.call.outcome.set(round, text);
     }
 }
 
-impl Drop for OutcomeSlot {
+impl Drop for Registered {
     fn drop(&mut self) {
-        let (server, call) = (self.server.clone(), self.call);
+        let (server, id) = (self.server.clone(), self.id);
         let forget = async move {
             tokio::time::sleep(OUTCOME_LINGER).await;
-            server.inner.round_outcomes.lock().unwrap().remove(&call);
+            server.inner.modern_calls.lock().unwrap().remove(&id);
         };
         if tokio::runtime::Handle::try_current().is_ok() {
             tokio::spawn(forget);
+        } else {
+            self.server.inner.modern_calls.lock().unwrap().remove(&self.id);
         }
-    }
-}
-
-/// A call's place in this node's registry, removed however the driver ends.
-struct CallRegistration {
-    server: Server,
-    call: u128,
-}
-
-impl Drop for CallRegistration {
-    fn drop(&mut self) {
-        self.server.inner.modern_calls.lock().unwrap().remove(&self.call);
     }
 }
 
@@ -574,11 +556,6 @@ fn retry_answers(params: &Value, asks: &[(String, RequestKind)]) -> Result<Map<S
         }
     }
     Ok(answers)
-}
-
-fn sink_send(sink: &ModernSink, message: Message) -> Result<(), super::outbound::StreamClosed> {
-    use super::outbound::OutboundSink;
-    sink.send(Outgoing::Message(Box::new(message)))
 }
 
 /// The owner's last message of a round, answered under the retry's own id.

@@ -14,6 +14,7 @@ use crate::protocol::types::{CapabilityFlags, LogLevel, ProtocolVersion, Request
 use serde_json::{Map, Value};
 use std::sync::Mutex;
 use tokio::sync::{Notify, oneshot};
+use tokio_util::sync::CancellationToken;
 
 /// What the client declared in the `_meta` of the request the handler now answers (the first
 /// call, then each retry).
@@ -54,22 +55,33 @@ struct RoundState {
     generated: u32,
 }
 
-/// A modern call on the node that runs its handler.
+/// A modern call on the node that runs its handler: what the client declared, what the handler
+/// asks, where its messages go, how to cancel it, and its round outcomes. One allocation: a
+/// parked call keeps little else.
 pub(super) struct ModernCall {
     client: Mutex<ModernClient>,
     round: Mutex<RoundState>,
+    /// Where the handler's messages go (see [`SinkTarget`]); the call is its own sink.
+    target: Mutex<SinkTarget>,
+    pub(super) cancel: CancellationToken,
+    /// The latest round outcome, for the replica serving the retry that answered the round.
+    pub(super) outcome: OutcomeCell,
     /// Signalled when the handler registers an ask.
     pub(super) asked: Notify,
     /// A failure of the protocol (a capability the client lacks, a malformed answer) that
     /// answers the call with a JSON-RPC error when the handler gives up because of it.
-    protocol_error: Mutex<Option<ErrorObject>>,
+    /// Boxed: rare, and every parked call carries the slot.
+    protocol_error: Mutex<Option<Box<ErrorObject>>>,
 }
 
 impl ModernCall {
-    pub(super) fn new(client: ModernClient, prefilled: Map<String, Value>) -> Self {
+    pub(super) fn new(client: ModernClient, prefilled: Map<String, Value>, out: Outbound, cancel: CancellationToken) -> Self {
         ModernCall {
             client: Mutex::new(client),
             round: Mutex::new(RoundState { prefilled, ..Default::default() }),
+            target: Mutex::new(SinkTarget::Stream(out)),
+            cancel,
+            outcome: OutcomeCell::default(),
             asked: Notify::new(),
             protocol_error: Mutex::new(None),
         }
@@ -136,11 +148,11 @@ impl ModernCall {
 
     /// Record why the protocol failed the call (the first reason stands).
     pub(super) fn fail(&self, error: ErrorObject) {
-        self.protocol_error.lock().unwrap().get_or_insert(error);
+        self.protocol_error.lock().unwrap().get_or_insert_with(|| Box::new(error));
     }
 
     pub(super) fn protocol_error(&self) -> Option<ErrorObject> {
-        self.protocol_error.lock().unwrap().clone()
+        self.protocol_error.lock().unwrap().as_deref().cloned()
     }
 }
 
@@ -207,20 +219,12 @@ pub(super) fn check_response(kind: RequestKind, answer: &Value) -> Result<(), St
 /// Where a modern call's messages go: the stream of the HTTP request it answers now, or, once
 /// a retry answered through another replica is being served, a buffer that travels back to
 /// that replica with the round's outcome.
-pub(super) struct ModernSink {
-    target: Mutex<SinkTarget>,
-}
-
 enum SinkTarget {
     Stream(Outbound),
     Buffer(Vec<Message>),
 }
 
-impl ModernSink {
-    pub(super) fn new(out: Outbound) -> Self {
-        ModernSink { target: Mutex::new(SinkTarget::Stream(out)) }
-    }
-
+impl ModernCall {
     /// From now on keep what the handler sends (the first request's stream is complete).
     pub(super) fn buffer(&self) {
         *self.target.lock().unwrap() = SinkTarget::Buffer(Vec::new());
@@ -240,7 +244,7 @@ impl ModernSink {
     }
 }
 
-impl OutboundSink for ModernSink {
+impl OutboundSink for ModernCall {
     fn send(&self, outgoing: Outgoing) -> Result<(), StreamClosed> {
         match &mut *self.target.lock().unwrap() {
             SinkTarget::Stream(out) => out.send(outgoing),
@@ -270,7 +274,8 @@ mod tests {
             log_level: None,
             progress_token: None,
         };
-        ModernCall::new(client, prefilled.as_object().cloned().unwrap_or_default())
+        let (tx, _) = tokio::sync::mpsc::unbounded_channel();
+        ModernCall::new(client, prefilled.as_object().cloned().unwrap_or_default(), Outbound::new(tx), CancellationToken::new())
     }
 
     #[tokio::test]
