@@ -822,7 +822,7 @@ async fn park(http: &reqwest::Client, url: &str, metrics_url: &str, watch: &[(St
                 let call_id = (round * PARKED + i) as u64 / PARK_SESSIONS as u64 + 1;
                 if parks == Parks::Mrtr {
                     // Answered input_required; the handler stays parked for a retry.
-                    return modern_call(&closing, url, (round * PARKED + i) as u64, json!({})).await.map(drop);
+                    return modern_call(closing, url, (round * PARKED + i) as u64, json!({})).await.map(drop);
                 }
                 // Dropping the stream closes the connection; the handler stays parked.
                 call_until_parked(http, url, &sessions[i % PARK_SESSIONS], call_id, parks).await.map(drop)
