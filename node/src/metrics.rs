@@ -70,6 +70,16 @@ pub struct Metrics {
     mrtr_rounds: Family<Outcome, Counter>,
     mrtr_rejected: Family<Reason, Counter>,
     mrtr_retries: Family<Owner, Counter>,
+    tasks: Family<Status, Gauge>,
+    tasks_created: Counter,
+    tasks_ended: Family<Outcome, Counter>,
+    tasks_owner_lost: Counter,
+    task_input_wait: Histogram,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Status {
+    status: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -161,7 +171,26 @@ impl Metrics {
             "2026-07-28 retries this node delivered to their call, by where the call runs (here, elsewhere: relayed through the mailbox)",
             mrtr_retries.clone(),
         );
+        let tasks = Family::<Status, Gauge>::default();
+        registry.register("tasks", "Tasks of the Tasks extension in the replicated state, by status", tasks.clone());
+        let tasks_created = Counter::default();
+        registry.register("tasks_created", "Tool calls this node turned into tasks (it runs their handlers)", tasks_created.clone());
+        let tasks_ended = Family::<Outcome, Counter>::default();
+        registry.register("tasks_ended", "Tasks this node ran that ended, by outcome (completed, failed, cancelled)", tasks_ended.clone());
+        let tasks_owner_lost = Counter::default();
+        registry.register(
+            "tasks_failed_owner_lost",
+            "Tasks failed because their owner went silent (committed by this node as leader)",
+            tasks_owner_lost.clone(),
+        );
+        let task_input_wait = Histogram::new(exponential_buckets(0.01, 4.0, 10));
+        registry.register("task_input_wait_seconds", "Time tasks run here waited for the client's input", task_input_wait.clone());
         Metrics {
+            tasks,
+            tasks_created,
+            tasks_ended,
+            tasks_owner_lost,
+            task_input_wait,
             mrtr_retries,
             mrtr_parked,
             mrtr_rounds,
@@ -203,6 +232,38 @@ impl Metrics {
 
     pub fn mrtr_round_count(&self, outcome: &'static str) -> u64 {
         self.mrtr_rounds.get_or_create(&Outcome { outcome }).get()
+    }
+
+    /// The tasks in the replicated state, by status.
+    pub fn set_tasks(&self, counts: &std::collections::BTreeMap<crate::mcp_tasks::TaskStatus, usize>) {
+        use crate::mcp_tasks::TaskStatus::*;
+        for status in [Working, InputRequired, Completed, Failed, Cancelled] {
+            self.tasks.get_or_create(&Status { status: status.label() }).set(counts.get(&status).copied().unwrap_or(0) as i64);
+        }
+    }
+
+    pub fn task_created(&self) {
+        self.tasks_created.inc();
+    }
+
+    pub fn task_ended(&self, outcome: &'static str) {
+        self.tasks_ended.get_or_create(&Outcome { outcome }).inc();
+    }
+
+    pub fn task_ended_count(&self, outcome: &'static str) -> u64 {
+        self.tasks_ended.get_or_create(&Outcome { outcome }).get()
+    }
+
+    pub fn tasks_owner_lost(&self, failed: usize) {
+        self.tasks_owner_lost.inc_by(failed as u64);
+    }
+
+    pub fn tasks_owner_lost_count(&self) -> u64 {
+        self.tasks_owner_lost.get()
+    }
+
+    pub fn observe_task_input_wait(&self, waited: Duration) {
+        self.task_input_wait.observe(waited.as_secs_f64());
     }
 
     /// A retry delivered to its call, which runs on this node or another.

@@ -34,7 +34,7 @@ async fn start() -> (TestCluster, Vec<String>, Vec<switchboard_node::Server>) {
     let sealer = Arc::new(IdSealer::random());
     let build: McpServerFor = Arc::new(move |i, stores: ClusterStores| {
         let config = ServerConfig { node_id: i as u64, local_sweep_interval: Duration::from_millis(100), ..Default::default() };
-        common::builder(config).id_sealer(sealer.clone()).cluster(stores.link).build(stores.mailbox, stores.sessions)
+        stores.build(common::builder(config).id_sealer(sealer.clone()))
     });
     let raft = TestCluster::start_tweaked_with_mcp(3, short_ttl, build).await;
     let mut urls = Vec::new();

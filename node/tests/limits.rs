@@ -30,10 +30,7 @@ struct McpCluster {
 async fn start(n: usize, config: ServerConfig) -> McpCluster {
     let sealer = Arc::new(IdSealer::random());
     let build: McpServerFor = Arc::new(move |i, stores: ClusterStores| {
-        common::builder(ServerConfig { node_id: i as u64, ..config.clone() })
-            .id_sealer(sealer.clone())
-            .cluster(stores.link)
-            .build(stores.mailbox, stores.sessions)
+        stores.build(common::builder(ServerConfig { node_id: i as u64, ..config.clone() }).id_sealer(sealer.clone()))
     });
     let raft = TestCluster::start_with_mcp(n, build).await;
     let mut urls = Vec::new();

@@ -4,9 +4,11 @@
 
 use super::{admin, relay};
 use crate::mailbox::Mailbox;
+use crate::mcp_tasks::TaskStore;
 use crate::metrics::Metrics;
 use crate::peer;
-use crate::raft::{RaftMailbox, RaftNode, RaftNodeConfig, RaftSessions, RaftStoreError};
+use crate::raft::{RaftMailbox, RaftNode, RaftNodeConfig, RaftSessions, RaftStoreError, RaftTasks};
+use crate::server::ServerBuilder;
 use crate::server::{ClusterLink, Server};
 use crate::session::SessionStore;
 use crate::transport::http::{Endpoint, HttpConfig, serve_limited};
@@ -23,7 +25,15 @@ use tokio::task::JoinHandle;
 pub struct ClusterStores {
     pub mailbox: Arc<dyn Mailbox>,
     pub sessions: Arc<dyn SessionStore>,
+    pub tasks: Arc<dyn TaskStore>,
     pub link: Arc<dyn ClusterLink>,
+}
+
+impl ClusterStores {
+    /// The server `builder` makes, over these stores and reaching the other replicas.
+    pub fn build(self, builder: ServerBuilder) -> Server {
+        builder.cluster(self.link).task_store(self.tasks).build(self.mailbox, self.sessions)
+    }
 }
 
 /// A running member: its Raft node, its peer server and, when it has one, its MCP endpoint.
@@ -68,10 +78,17 @@ impl Member {
         let limits = mcp.as_ref().map(|(http, _)| http.connections.clone()).unwrap_or_default();
         let node = RaftNode::start(config, metrics.clone()).await?;
         let (mailbox, sessions) = (RaftMailbox::new(node.clone()), RaftSessions::new(node.clone()));
+        let tasks = RaftTasks::new(node.clone());
+        tasks.fail_earlier_runs();
+        node.watch_task_owners(node.config().task_owner_timeout);
         let mut routes = crate::raft::rpc::router(node.clone()).merge(admin::router(node.clone()));
         let endpoint = mcp.map(|(http, build)| {
-            let stores =
-                ClusterStores { mailbox: Arc::new(mailbox.clone()), sessions: Arc::new(sessions.clone()), link: PeerLink::new(&node) };
+            let stores = ClusterStores {
+                mailbox: Arc::new(mailbox.clone()),
+                sessions: Arc::new(sessions.clone()),
+                tasks: Arc::new(tasks.clone()),
+                link: PeerLink::new(&node),
+            };
             Endpoint::new(build(stores), http)
         });
         if let Some(endpoint) = &endpoint {

@@ -55,10 +55,7 @@ impl Node {
                 Ok(Node { member: None, mcp: Endpoint::new(server, http).router(None), metrics })
             }
             Store::Raft { config, peer_listener } => {
-                let member = Member::start_with_mcp(config, peer_listener, metrics.clone(), http, |stores| {
-                    builder.cluster(stores.link).build(stores.mailbox, stores.sessions)
-                })
-                .await?;
+                let member = Member::start_with_mcp(config, peer_listener, metrics.clone(), http, |stores| stores.build(builder)).await?;
                 let mcp = member.mcp_router().expect("started with an MCP endpoint");
                 Ok(Node { member: Some(member), mcp, metrics })
             }

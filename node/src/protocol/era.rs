@@ -32,7 +32,7 @@ const HANDSHAKE_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26",
 /// Methods a modern request may call. Everything else, including what 2026-07-28 removed
 /// (`initialize`, `ping`, `logging/setLevel`, `resources/subscribe`, `resources/unsubscribe`),
 /// is 404 with -32601.
-pub const MODERN_METHODS: [&str; 10] = [
+pub const MODERN_METHODS: [&str; 13] = [
     "server/discover",
     "subscriptions/listen",
     "tools/list",
@@ -43,6 +43,10 @@ pub const MODERN_METHODS: [&str; 10] = [
     "resources/templates/list",
     "resources/read",
     "completion/complete",
+    // The Tasks extension (a request that does not declare it gets -32021).
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
 ];
 
 /// The methods that may answer `input_required` (multi-round-trip requests).

@@ -113,6 +113,9 @@ pub struct InitializeParams {
     pub client_info: Implementation,
 }
 
+/// The name of the MCP Tasks extension, in capabilities.
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
 /// What the client said it can do, as it came in `initialize` (any JSON object). Only read once,
 /// to derive the [`CapabilityFlags`] a session keeps.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -142,6 +145,10 @@ impl ClientCapabilities {
     pub fn roots(&self) -> bool {
         self.get("roots").is_some()
     }
+    /// Whether the client declared extension `name` (an object under `extensions`).
+    pub fn extension(&self, name: &str) -> bool {
+        self.get("extensions").and_then(|e| e.get(name)).is_some_and(Value::is_object)
+    }
     pub fn roots_list_changed(&self) -> bool {
         self.get("roots").and_then(|r| r.get("listChanged")).and_then(Value::as_bool) == Some(true)
     }
@@ -154,6 +161,7 @@ impl ClientCapabilities {
             sampling_tools: self.sampling_tools(),
             roots: self.roots(),
             roots_list_changed: self.roots_list_changed(),
+            tasks: self.extension(TASKS_EXTENSION),
         }
     }
 }
@@ -176,12 +184,21 @@ pub struct CapabilityFlags {
     pub roots: bool,
     /// `notifications/roots/list_changed` (`roots.listChanged: true`).
     pub roots_list_changed: bool,
+    /// The Tasks extension (`extensions["io.modelcontextprotocol/tasks"]`, 2026-07-28 only).
+    pub tasks: bool,
 }
 
 impl CapabilityFlags {
     /// Bit of each flag in the encoded byte, in field order.
-    const BITS: [fn(&CapabilityFlags) -> bool; 6] =
-        [|f| f.elicitation_form, |f| f.elicitation_url, |f| f.sampling, |f| f.sampling_tools, |f| f.roots, |f| f.roots_list_changed];
+    const BITS: [fn(&CapabilityFlags) -> bool; 7] = [
+        |f| f.elicitation_form,
+        |f| f.elicitation_url,
+        |f| f.sampling,
+        |f| f.sampling_tools,
+        |f| f.roots,
+        |f| f.roots_list_changed,
+        |f| f.tasks,
+    ];
 }
 
 impl From<CapabilityFlags> for u8 {
@@ -201,6 +218,7 @@ impl From<u8> for CapabilityFlags {
             sampling_tools: bit(3),
             roots: bit(4),
             roots_list_changed: bit(5),
+            tasks: bit(6),
         }
     }
 }
@@ -506,7 +524,7 @@ mod tests {
     #[test]
     fn capability_flags_are_one_byte_and_round_trip() {
         let caps = ClientCapabilities(json!({"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {"listChanged": true},
-            "experimental": {"huge": "x".repeat(10_000)}}));
+            "experimental": {"huge": "x".repeat(10_000)}, "extensions": {"io.modelcontextprotocol/tasks": {}}}));
         let flags = caps.flags();
         assert_eq!(
             flags,
@@ -516,16 +534,18 @@ mod tests {
                 sampling: true,
                 sampling_tools: false,
                 roots: true,
-                roots_list_changed: true
+                roots_list_changed: true,
+                tasks: true
             }
         );
+        assert!(!ClientCapabilities(json!({"extensions": {"io.modelcontextprotocol/tasks": true}})).flags().tasks, "an object, not a flag");
         let encoded = rmp_serde::to_vec_named(&flags).unwrap();
         assert_eq!(encoded.len(), 1, "a positive fixint");
         assert_eq!(rmp_serde::from_slice::<CapabilityFlags>(&encoded).unwrap(), flags);
-        for byte in 0..64u8 {
+        for byte in 0..128u8 {
             assert_eq!(u8::from(CapabilityFlags::from(byte)), byte);
         }
-        assert_eq!(CapabilityFlags::from(0xc0), CapabilityFlags::default(), "unknown bits are ignored");
+        assert_eq!(CapabilityFlags::from(0x80), CapabilityFlags::default(), "unknown bits are ignored");
     }
 
     #[test]

@@ -51,6 +51,9 @@ pub struct RaftNodeConfig {
     pub replication_batch_bytes: usize,
     /// A snapshot travels to a follower in pieces of at most this many bytes.
     pub snapshot_chunk_bytes: usize,
+    /// How long a member that owns live tasks may stay silent (no acknowledgement to the
+    /// leader) before its tasks fail.
+    pub task_owner_timeout: Duration,
 }
 
 /// Bounds of the byte limits above: an entry or a batch must fit in one peer frame
@@ -85,6 +88,7 @@ impl RaftNodeConfig {
             max_entry_bytes: 4 * 1024 * 1024,
             replication_batch_bytes: 8 * 1024 * 1024,
             snapshot_chunk_bytes: 4 * 1024 * 1024,
+            task_owner_timeout: Duration::from_secs(10),
         }
     }
 

@@ -1,6 +1,7 @@
 //! Failures of the replicated store, and how the store traits above see them.
 
 use crate::mailbox::{BoxError, MailboxError};
+use crate::mcp_tasks::TaskError;
 use crate::peer::PeerError;
 use crate::session::SessionError;
 
@@ -40,6 +41,15 @@ impl From<RaftStoreError> for SessionError {
         match e {
             RaftStoreError::EntryTooLarge { size, limit } => SessionError::TooLarge { size, limit },
             e => SessionError::Unavailable(Box::new(e)),
+        }
+    }
+}
+
+impl From<RaftStoreError> for TaskError {
+    fn from(e: RaftStoreError) -> Self {
+        match e {
+            RaftStoreError::EntryTooLarge { size, limit } => TaskError::TooLarge { size, limit },
+            e => TaskError::Unavailable(Box::new(e)),
         }
     }
 }

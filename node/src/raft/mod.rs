@@ -12,7 +12,8 @@
 //! - [`node`]: one member's write and read paths, and whether it is ready ([`readiness`]:
 //!   the rule, pure); [`membership`]: bootstrapping, joining and membership changes; [`rpc`]:
 //!   the Raft routes of the peer port.
-//! - [`stores`]: the replicated `Mailbox` and `SessionStore`.
+//! - [`stores`]: the replicated `Mailbox`, `SessionStore` and `TaskStore`; [`task_owners`]: the
+//!   leader fails the tasks of a member gone silent.
 
 pub mod append_stream;
 pub mod clock;
@@ -30,13 +31,14 @@ pub mod sm_store;
 pub mod snapshot_stream;
 pub mod state_machine;
 pub mod stores;
+pub mod task_owners;
 pub mod types;
 
 pub use config::{Membership, RaftNodeConfig};
 pub use error::RaftStoreError;
 pub use membership::ClusterStatus;
 pub use node::RaftNode;
-pub use stores::{RaftMailbox, RaftSessions};
+pub use stores::{RaftMailbox, RaftSessions, RaftTasks};
 
 /// The Raft handle over this crate's types and state machine.
 pub type Raft = openraft::Raft<types::TypeConfig, sm_store::StateMachineStore>;

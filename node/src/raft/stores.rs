@@ -1,11 +1,13 @@
-//! The replicated [`Mailbox`] and [`SessionStore`]: the store traits the MCP server correlates
-//! through, over a member's write and read paths.
+//! The replicated [`Mailbox`], [`SessionStore`] and [`TaskStore`]: the store traits the MCP
+//! server correlates through, over a member's write and read paths.
 
 use super::RaftNode;
 use super::sm_store::Watch;
 use super::state_machine::{Command, JsonText, MAX_RELEASE_BATCH, Millis, Response};
 use crate::clock::now_ms;
 use crate::mailbox::{CreateOutcome, DeliverOutcome, Mailbox, MailboxError, MailboxKey, NodeId, SessionTag, WaitOutcome, check_ttl};
+use crate::mcp_tasks::table::Lookup;
+use crate::mcp_tasks::{self, TaskError, TaskEvent, TaskId, TaskOutcome, TaskRefusal, TaskSettings, TaskStore, TaskView};
 use crate::protocol::types::LogLevel;
 use crate::session::{LimitReached, SessionError, SessionId, SessionRecord, SessionStore, SubscriptionLimits};
 use async_trait::async_trait;
@@ -13,6 +15,7 @@ use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::mpsc;
 
 /// The replicated mailbox. Clones share one view of the mailboxes created here.
 #[derive(Clone)]
@@ -245,5 +248,103 @@ impl SessionStore for RaftSessions {
     async fn delete(&self, id: &SessionId) -> Result<bool, SessionError> {
         let (response, _) = self.node.propose(Command::SessionDelete { id: id.clone() }).await?;
         Ok(response == Response::Session(true))
+    }
+}
+
+/// The replicated task store (Tasks extension): every operation a command through the log, read
+/// back on this node before it returns (the next `get` here sees it); `get` linearizable.
+#[derive(Clone)]
+pub struct RaftTasks {
+    node: Arc<RaftNode>,
+    /// This run of the process: tasks created by an earlier run died with it.
+    incarnation: u64,
+}
+
+impl RaftTasks {
+    pub fn new(node: Arc<RaftNode>) -> Self {
+        RaftTasks { node, incarnation: rand::random() }
+    }
+
+    async fn apply(&self, command: Command) -> Result<Vec<String>, TaskError> {
+        let (response, index) = self.node.propose(command).await?;
+        self.node.wait_applied(index).await?;
+        match response {
+            Response::Task(outcome) => Ok(outcome?),
+            other => Err(TaskError::Unavailable(format!("unexpected reply to a task command: {other:?}").into())),
+        }
+    }
+
+    /// Fail the live tasks an earlier run of this node owned: their handlers died with it. In
+    /// the background, retried until committed (the cluster may still be forming).
+    pub fn fail_earlier_runs(&self) {
+        let store = self.clone();
+        let task = tokio::spawn(async move {
+            let command = || Command::TaskOwnerLost { node: store.node.id, survivor: Some(store.incarnation) };
+            loop {
+                match store.node.propose(command()).await {
+                    Ok((Response::TasksFailed(n), _)) => {
+                        if n > 0 {
+                            tracing::warn!(failed = n, "tasks of this node's earlier run failed: their handlers are gone");
+                        }
+                        return;
+                    }
+                    Ok(_) => return,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "failing the tasks of an earlier run not committed yet; retrying");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        });
+        self.node.tasks.track(task);
+    }
+}
+
+fn texts(pairs: Vec<(String, Value)>) -> Vec<(String, JsonText)> {
+    pairs.into_iter().map(|(k, v)| (k, JsonText::from(&v))).collect()
+}
+
+#[async_trait]
+impl TaskStore for RaftTasks {
+    async fn create(&self, id: TaskId, owner: NodeId, settings: TaskSettings) -> Result<(), TaskError> {
+        let command = Command::TaskCreate {
+            id,
+            owner,
+            incarnation: self.incarnation,
+            ttl_ms: mcp_tasks::millis(settings.ttl),
+            poll_ms: mcp_tasks::millis(settings.poll_interval),
+            max_tasks: settings.max_tasks,
+        };
+        self.apply(command).await.map(drop)
+    }
+
+    async fn ask(&self, id: TaskId, requests: Vec<(String, Value)>) -> Result<(), TaskError> {
+        self.apply(Command::TaskAsk { id, requests: texts(requests) }).await.map(drop)
+    }
+
+    async fn answer(&self, id: TaskId, responses: Vec<(String, Value)>) -> Result<Vec<String>, TaskError> {
+        self.apply(Command::TaskAnswer { id, responses: texts(responses) }).await
+    }
+
+    async fn cancel(&self, id: TaskId) -> Result<(), TaskError> {
+        self.apply(Command::TaskCancel { id }).await.map(drop)
+    }
+
+    async fn finish(&self, id: TaskId, outcome: TaskOutcome) -> Result<(), TaskError> {
+        self.apply(Command::TaskFinish { id, outcome }).await.map(drop)
+    }
+
+    async fn get(&self, id: TaskId) -> Result<TaskView, TaskError> {
+        // Every change committed before the call, whichever node made it.
+        self.node.linearize().await?;
+        self.node.sm.read(|sm| match sm.tasks.get(&id) {
+            Lookup::Found(record) => Ok(TaskView { id, record: record.clone() }),
+            Lookup::Expired => Err(TaskRefusal::Expired.into()),
+            Lookup::NotFound => Err(TaskRefusal::NotFound.into()),
+        })
+    }
+
+    fn subscribe(&self, id: TaskId) -> mpsc::UnboundedReceiver<TaskEvent> {
+        self.node.sm.own_task(id)
     }
 }

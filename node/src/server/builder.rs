@@ -8,6 +8,7 @@ use super::offerings::Offerings;
 use super::rendezvous::Rendezvous;
 use super::{PromptDef, ResourceDef, ToolDef};
 use crate::mailbox::Mailbox;
+use crate::mcp_tasks::{InMemoryTaskStore, TaskStore};
 use crate::metrics::Metrics;
 use crate::protocol::types::Implementation;
 use crate::session::SessionStore;
@@ -22,6 +23,7 @@ pub struct ServerBuilder {
     config: ServerConfig,
     offerings: Offerings,
     metrics: Option<Arc<Metrics>>,
+    tasks: Option<Arc<dyn TaskStore>>,
 }
 
 impl ServerBuilder {
@@ -34,6 +36,7 @@ impl ServerBuilder {
             config: ServerConfig::default(),
             offerings: Offerings::default(),
             metrics: None,
+            tasks: None,
         }
     }
     pub fn instructions(mut self, text: impl Into<String>) -> Self {
@@ -53,6 +56,12 @@ impl ServerBuilder {
     /// Reach the other replicas (cross-node cancellation).
     pub fn cluster(mut self, link: Arc<dyn ClusterLink>) -> Self {
         self.cluster = Some(link);
+        self
+    }
+    /// Where task records live (Tasks extension): in a cluster, the replicated store. Without
+    /// one, this process's memory.
+    pub fn task_store(mut self, tasks: Arc<dyn TaskStore>) -> Self {
+        self.tasks = Some(tasks);
         self
     }
     pub fn metrics(mut self, metrics: Arc<Metrics>) -> Self {
@@ -92,6 +101,7 @@ impl ServerBuilder {
                 config: self.config,
                 offerings: RwLock::new(self.offerings),
                 sessions,
+                tasks: self.tasks.unwrap_or_else(|| Arc::new(InMemoryTaskStore::new())),
                 local: Default::default(),
                 in_flight: Default::default(),
                 modern_calls: Default::default(),

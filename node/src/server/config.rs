@@ -1,5 +1,6 @@
 //! Settings that shape the server's behaviour.
 
+use crate::mcp_tasks::TaskSettings;
 use std::time::Duration;
 
 /// Settings that shape behaviour rather than content.
@@ -24,6 +25,8 @@ pub struct ServerConfig {
     pub max_requests_per_session: usize,
     /// Requests running at once on this node, parked ones included, every session together.
     pub max_requests_per_node: usize,
+    /// Time to live, poll interval and cluster-wide limit of tasks (Tasks extension).
+    pub tasks: TaskSettings,
 }
 
 impl Default for ServerConfig {
@@ -39,6 +42,7 @@ impl Default for ServerConfig {
             max_sessions: 100_000,
             max_requests_per_session: 64,
             max_requests_per_node: 10_000,
+            tasks: TaskSettings::default(),
         }
     }
 }

@@ -162,6 +162,16 @@ impl RequestContext {
         let _ = self.send(Message::notification("notifications/message", params));
     }
 
+    /// Continue as a task (the Tasks extension): when this call may become one (a 2026-07-28
+    /// client that declared the extension, a tool that supports it), the client is answered
+    /// with the task now and the handler goes on detached; otherwise nothing happens. For tools
+    /// marked `task_started_by_handler`, which ask what they need first.
+    pub async fn start_task(&self) {
+        if let Caller::Modern(call) = &self.scope.caller {
+            call.start_task().await;
+        }
+    }
+
     /// Tell every client that listens, on every replica: a list changed
     /// (`notifications/tools/list_changed`, …) or a resource was updated. For what the server
     /// cannot see change by itself (a list computed from outside data).

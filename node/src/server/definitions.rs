@@ -45,6 +45,18 @@ impl<E: std::error::Error> From<E> for HandlerError {
 }
 
 pub type HandlerResult<T> = Result<T, HandlerError>;
+
+/// Whether a tool's calls may run as tasks (the Tasks extension).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TaskSupport {
+    /// Always answered inline.
+    #[default]
+    None,
+    /// A task for a client that declares the extension; inline otherwise.
+    Optional,
+    /// Only as a task: a client without the extension gets -32021.
+    Required,
+}
 type ToolHandler = Arc<dyn Fn(RequestContext, Value) -> BoxFuture<'static, HandlerResult<CallToolResult>> + Send + Sync>;
 type PromptHandler = Arc<dyn Fn(RequestContext, Map<String, Value>) -> BoxFuture<'static, HandlerResult<GetPromptResult>> + Send + Sync>;
 type ResourceHandler =
@@ -60,6 +72,9 @@ pub struct ToolDef {
     /// Arguments a 2026-07-28 client mirrors in an `Mcp-Param-{header}` header (properties
     /// annotated `x-mcp-header`): `(argument, header)`.
     header_params: Vec<(String, String)>,
+    task_support: TaskSupport,
+    /// The handler, not the call's arrival, makes the call a task (`RequestContext::start_task`).
+    task_started_by_handler: bool,
     input_validator: Arc<jsonschema::Validator>,
     output_validator: Option<Arc<jsonschema::Validator>>,
     handler: ToolHandler,
@@ -88,6 +103,8 @@ impl ToolDef {
             name,
             definition,
             header_params,
+            task_support: TaskSupport::None,
+            task_started_by_handler: false,
             input_validator,
             output_validator: None,
             handler: Arc::new(move |ctx, args| Box::pin(handler(ctx, args))),
@@ -135,6 +152,26 @@ impl ToolDef {
 
     pub fn definition(&self) -> Value {
         Value::Object(self.definition.clone())
+    }
+
+    /// Let a call of this tool become a task (the Tasks extension) for a 2026-07-28 client that
+    /// declares the extension in that call: `Optional` (a client without it gets the result
+    /// inline) or `Required` (refused with -32021 without it). The call becomes a task when it
+    /// arrives, unless [`task_started_by_handler`](Self::task_started_by_handler).
+    pub fn task_support(mut self, support: TaskSupport) -> Self {
+        self.task_support = support;
+        self
+    }
+
+    /// The handler decides when the call becomes a task (`ctx.start_task().await`), after
+    /// asking what it needs in ordinary round trips.
+    pub fn task_started_by_handler(mut self) -> Self {
+        self.task_started_by_handler = true;
+        self
+    }
+
+    pub fn task_support_of(&self) -> (TaskSupport, bool) {
+        (self.task_support, self.task_started_by_handler)
     }
 
     /// The arguments mirrored in `Mcp-Param-*` headers: `(argument, header name)`.

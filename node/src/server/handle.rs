@@ -12,6 +12,7 @@ use super::outbound::Outbound;
 use super::rendezvous::Rendezvous;
 use super::round::ModernCall;
 use crate::mailbox::Mailbox;
+use crate::mcp_tasks::TaskStore;
 use crate::metrics::Metrics;
 use crate::protocol::jsonrpc::{ErrorObject, LIMIT_REACHED, encodes_longer_than};
 use crate::protocol::types::{Implementation, InitializeParams, LogLevel, MAX_CLIENT_INFO_FIELD_BYTES, ProtocolVersion};
@@ -29,6 +30,8 @@ pub(super) struct Inner {
     pub(super) config: ServerConfig,
     pub(super) offerings: RwLock<Offerings>,
     pub(super) sessions: Arc<dyn SessionStore>,
+    /// Task records (Tasks extension).
+    pub(super) tasks: Arc<dyn TaskStore>,
     pub(super) local: LocalSessions,
     /// Requests running on this node (parked ones included), every session together.
     pub(super) in_flight: AtomicUsize,

@@ -37,13 +37,16 @@ mod rendezvous;
 mod requests;
 mod round;
 mod schema;
+mod task_calls;
 mod tool_changes;
 
 pub use answers::AnswerOutcome;
 pub use builder::ServerBuilder;
 pub use config::ServerConfig;
 pub use context::{ClientRequestError, MAILBOX_GRACE, RequestContext};
-pub use definitions::{Completer, HandlerError, HandlerResult, PromptDef, ResourceDef, ResourceMeta, ToolDef, match_template, paginate};
+pub use definitions::{
+    Completer, HandlerError, HandlerResult, PromptDef, ResourceDef, ResourceMeta, TaskSupport, ToolDef, match_template, paginate,
+};
 pub use handle::{InitializeError, Server, SessionEndHook, SessionLookupError};
 pub use link::{ClusterLink, Notice};
 pub use listeners::{ListenFilter, Listener};

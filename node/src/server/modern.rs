@@ -10,7 +10,7 @@ use super::outbound::{Outbound, Outgoing};
 use super::round::{ModernCall, ModernClient};
 use crate::protocol::era::{self, MRTR_METHODS, ModernMeta};
 use crate::protocol::jsonrpc::{ErrorObject, LIMIT_REACHED, Message, RequestId};
-use crate::protocol::types::ProtocolVersion;
+use crate::protocol::types::{ProtocolVersion, TASKS_EXTENSION};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -104,15 +104,21 @@ impl Server {
         if method == "server/discover" {
             return Ok(self.discover());
         }
+        if method.starts_with("tasks/") {
+            return self.answer_task_method(&client, method, &params).await;
+        }
         let call = Arc::new(ModernCall::new(client, Map::new(), out.clone(), cancel.clone()));
         self.dispatch(self.modern_context(call, id, out.clone(), cancel), method, params).await
     }
 
     /// `server/discover`: the versions served, what the server offers, and who it is.
     fn discover(&self) -> Value {
+        let mut capabilities = server_capabilities();
+        // Extensions exist in the 2026-07-28 era only (not in `initialize`).
+        capabilities["extensions"] = json!({TASKS_EXTENSION: {}});
         let mut result = json!({
             "supportedVersions": ProtocolVersion::SUPPORTED,
-            "capabilities": server_capabilities(),
+            "capabilities": capabilities,
         });
         if let Some(text) = &self.inner.instructions {
             result["instructions"] = json!(text);

@@ -27,6 +27,7 @@
 //! dead or cut-off owner is an error, not a hang. A client that never retries: the handler waits
 //! out the elicitation or sampling timeout, then is dropped and counted (`abandoned`).
 
+use super::TaskSupport;
 use super::context::MAILBOX_GRACE;
 use super::correlation::{SealedState, StateError};
 use super::envelope::modern_error;
@@ -35,6 +36,7 @@ use super::outbound::OutboundSink;
 use super::outbound::{Outbound, Outgoing};
 use super::requests::NodePlace;
 use super::round::{ModernCall, ModernClient, check_response};
+use super::task_calls::extension_required;
 use crate::clock::now_ms;
 use crate::mailbox::{DeliverOutcome, MailboxKey, SessionTag, WaitOutcome};
 use crate::protocol::jsonrpc::{ErrorObject, INTERNAL_ERROR, Message, RequestId, message_from_value};
@@ -168,7 +170,17 @@ impl Server {
         let digest = call_digest(method, &params);
         let call_id: u128 = rand::random();
         let tag = self.call_tag(call_id);
+        // The Tasks extension: a tool that supports it, called by a client that declares it.
+        let (support, started_by_handler) = if method == "tools/call" { self.task_support(&params) } else { (TaskSupport::None, false) };
+        if support == TaskSupport::Required && !client.capabilities.tasks {
+            let _ = out.send(Outgoing::Message(Box::new(Message::error(Some(id), extension_required()))));
+            return;
+        }
+        let as_task = support != TaskSupport::None && client.capabilities.tasks;
         let call = Arc::new(ModernCall::new(client, prefilled, out, cancel.clone()));
+        if as_task {
+            call.allow_task();
+        }
         let ctx = self.modern_context(call.clone(), &id, Outbound::from(call.clone()), &cancel);
         let outcomes = Registered::open(self, call_id, &call);
         let mut handler = std::pin::pin!(self.dispatch(ctx, method, params));
@@ -176,7 +188,26 @@ impl Server {
         // replica serving the retry that answered round `n` (`Some(n)`).
         let mut answered: Option<u32> = None;
         let mut round = 0u32;
+        let mut start_task_now = as_task && !started_by_handler;
         loop {
+            if start_task_now || call.task_requested() {
+                // Answered with the task once its record is committed; the handler goes on,
+                // detached from the HTTP exchange, as the task.
+                match self.create_task().await {
+                    Ok((task, events, created)) => {
+                        outcomes.end_round(
+                            answered.take(),
+                            &call,
+                            Message::response(id.clone(), self.envelope(method, created, round > 0)),
+                        );
+                        call.became_task();
+                        self.run_task(task, &call, handler.as_mut(), events, &cancel).await;
+                    }
+                    Err(error) => outcomes.end_round(answered, &call, Message::error(Some(id.clone()), error)),
+                }
+                return;
+            }
+            start_task_now = false;
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => {
@@ -197,6 +228,9 @@ impl Server {
                     return;
                 }
                 _ = call.asked.notified() => {}
+            }
+            if call.task_requested() {
+                continue;
             }
             // An answer the call cannot use (malformed, a capability missing) ends it now,
             // rather than after the client answered what else it asks.
@@ -446,6 +480,14 @@ impl Server {
     pub async fn round_outcome(&self, call: u128, round: u32, within: Duration) -> Option<String> {
         let entry = self.inner.modern_calls.lock().unwrap().get(&call)?.clone();
         tokio::time::timeout(within, entry.outcome.wait(round)).await.ok()?.map(|text| text.to_string())
+    }
+
+    /// The task support of the tool a `tools/call` names (none for an unknown tool, which the
+    /// handler refuses), and whether its handler starts the task itself.
+    fn task_support(&self, params: &Value) -> (TaskSupport, bool) {
+        let name = params.get("name").and_then(Value::as_str).unwrap_or_default();
+        let offerings = self.inner.offerings.read().unwrap();
+        offerings.tools.iter().find(|t| t.name == name).map(|t| t.task_support_of()).unwrap_or((TaskSupport::None, false))
     }
 
     /// Whether the call runs on `owner` (here, or asked over the peer port), cancelling it first

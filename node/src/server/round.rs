@@ -66,6 +66,10 @@ pub(super) struct ModernCall {
     pub(super) cancel: CancellationToken,
     /// The latest round outcome, for the replica serving the retry that answered the round.
     pub(super) outcome: OutcomeCell,
+    /// Whether the call may become a task (the client declared the extension and the tool
+    /// supports it), and the handler waiting for it to become one.
+    task_allowed: std::sync::atomic::AtomicBool,
+    task_start: Mutex<Option<oneshot::Sender<()>>>,
     /// Signalled when the handler registers an ask.
     pub(super) asked: Notify,
     /// A failure of the protocol (a capability the client lacks, a malformed answer) that
@@ -82,6 +86,8 @@ impl ModernCall {
             target: Mutex::new(SinkTarget::Stream(out)),
             cancel,
             outcome: OutcomeCell::default(),
+            task_allowed: Default::default(),
+            task_start: Mutex::new(None),
             asked: Notify::new(),
             protocol_error: Mutex::new(None),
         }
@@ -94,6 +100,36 @@ impl ModernCall {
     /// A retry arrived: its `_meta` is what the handler answers to from now on.
     pub(super) fn set_client(&self, client: ModernClient) {
         *self.client.lock().unwrap() = client;
+    }
+
+    pub(super) fn allow_task(&self) {
+        self.task_allowed.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The handler asks to continue as a task: wait until the driver made the call one (at once
+    /// when it may not become one).
+    pub(super) async fn start_task(&self) {
+        if !self.task_allowed.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let (tx, rx) = oneshot::channel();
+        *self.task_start.lock().unwrap() = Some(tx);
+        self.asked.notify_one();
+        let _ = rx.await;
+    }
+
+    /// Whether the handler waits to become a task.
+    pub(super) fn task_requested(&self) -> bool {
+        self.task_start.lock().unwrap().is_some()
+    }
+
+    /// The call is a task now: the handler goes on (and asks nothing of the call's stream).
+    pub(super) fn became_task(&self) {
+        self.task_allowed.store(false, std::sync::atomic::Ordering::Relaxed);
+        *self.target.lock().unwrap() = SinkTarget::Discard;
+        if let Some(started) = self.task_start.lock().unwrap().take() {
+            let _ = started.send(());
+        }
     }
 
     pub(super) fn generated_key(&self, kind: RequestKind) -> String {
@@ -222,6 +258,8 @@ pub(super) fn check_response(kind: RequestKind, answer: &Value) -> Result<(), St
 enum SinkTarget {
     Stream(Outbound),
     Buffer(Vec<Message>),
+    /// A task sends no notifications.
+    Discard,
 }
 
 impl ModernCall {
@@ -234,7 +272,7 @@ impl ModernCall {
     pub(super) fn take(&self) -> Vec<Message> {
         match &mut *self.target.lock().unwrap() {
             SinkTarget::Buffer(kept) => std::mem::take(kept),
-            SinkTarget::Stream(_) => Vec::new(),
+            SinkTarget::Stream(_) | SinkTarget::Discard => Vec::new(),
         }
     }
 
@@ -254,6 +292,7 @@ impl OutboundSink for ModernCall {
                 }
                 Ok(())
             }
+            SinkTarget::Discard => Ok(()),
         }
     }
 }

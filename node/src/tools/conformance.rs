@@ -1,10 +1,13 @@
 //! The tools, prompts and resources `@modelcontextprotocol/conformance` exercises in server mode.
 //! Names, schemas and texts follow the suite's scenario sources.
 
+use crate::protocol::jsonrpc::ErrorObject;
 use crate::protocol::types::{
-    CallToolResult, Content, CreateMessageParams, ElicitResult, GetPromptResult, LogLevel, PromptMessage, ResourceContents,
+    CallToolResult, Content, CreateMessageParams, ElicitAction, ElicitResult, GetPromptResult, LogLevel, PromptMessage, ResourceContents,
 };
-use crate::server::{HandlerResult, Notice, PromptDef, RequestContext, ResourceDef, ServerBuilder, ToolDef, arg_str};
+use crate::server::{
+    HandlerError, HandlerResult, Notice, PromptDef, RequestContext, ResourceDef, ServerBuilder, TaskSupport, ToolDef, arg_str,
+};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -165,7 +168,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                 ))
             },
         ));
-    let builder = register_2026(builder);
+    let builder = register_tasks(register_2026(builder));
     let builder = builder
         .prompt(
             PromptDef::new("test_simple_prompt", |_, _| async {
@@ -262,6 +265,88 @@ fn string_field(field: &str) -> Value {
 
 fn ok_field() -> Value {
     json!({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]})
+}
+
+/// The fixtures of the Tasks extension's scenarios (`tasks-*`). Under a legacy session, or for a
+/// client without the extension where a tool allows it, they run inline.
+fn register_tasks(builder: ServerBuilder) -> ServerBuilder {
+    let confirm_schema = || json!({"type": "object", "properties": {"confirm": {"type": "boolean"}}, "required": ["confirm"]});
+    builder
+        .tool(tool(
+            "greet",
+            "Greet someone (sync-only, no task support)",
+            json!({"type": "object", "properties": {"name": {"type": "string", "description": "Name to greet"}}, "required": ["name"]}),
+            |_, args| async move { Ok(CallToolResult::text(format!("Hello, {}!", args["name"].as_str().unwrap_or_default()))) },
+        ))
+        .tool(
+            tool(
+                "slow_compute",
+                "Simulate a slow computation; runs as a task for a client that declares the Tasks extension",
+                json!({"type": "object", "properties": {
+                    "seconds": {"type": "integer", "description": "How many seconds to compute (sleep)", "default": 3},
+                    "label": {"type": "string", "description": "A label for the computation", "default": "default"}}}),
+                |_, args| async move {
+                    let seconds = args["seconds"].as_u64().unwrap_or(3);
+                    let label = args["label"].as_str().unwrap_or("default").to_string();
+                    if seconds == 0 {
+                        return Ok(CallToolResult::text(format!("Computation \"{label}\" completed instantly. Result: 42.")));
+                    }
+                    // Cancelled by being dropped here.
+                    tokio::time::sleep(Duration::from_secs(seconds)).await;
+                    Ok(CallToolResult::text(format!("Computation \"{label}\" completed after {seconds} seconds. Result: 42.")))
+                },
+            )
+            .task_support(TaskSupport::Optional),
+        )
+        .tool(
+            tool("failing_job", "A job that always fails after 1 second (a tool error: completed with isError)", no_args(), |_, _| async {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                Ok(CallToolResult::error("simulated failure: job crashed"))
+            })
+            .task_support(TaskSupport::Required),
+        )
+        .tool(
+            tool("protocol_error_job", "A job that ends in a protocol-level error (failed with an error)", no_args(), |_, _| async {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                Err(HandlerError::rpc(ErrorObject::internal("simulated protocol error: server internal failure")))
+            })
+            .task_support(TaskSupport::Required),
+        )
+        .tool(
+            tool(
+                "confirm_delete",
+                "Asks the client to confirm before deleting (input requests inside a task)",
+                json!({"type": "object", "properties": {"filename": {"type": "string", "description": "File the user is being asked to confirm deletion of", "default": "important.txt"}}}),
+                move |ctx, args| async move {
+                    let filename = args["filename"].as_str().unwrap_or("important.txt").to_string();
+                    let answer = ctx.elicit_as("confirm", format!("Delete '{filename}'?"), confirm_schema()).await?;
+                    let confirmed = answer.action == ElicitAction::Accept && answer.content.as_ref().and_then(|c| c.get("confirm")) == Some(&json!(true));
+                    Ok(CallToolResult::text(if confirmed { format!("deleted '{filename}'") } else { format!("kept '{filename}'") }))
+                },
+            )
+            .task_support(TaskSupport::Required),
+        )
+        .tool(
+            tool("multi_input", "Asks for two inputs at once (name and confirm), so partial answers can be exercised", no_args(), move |ctx, _| async move {
+                let (name, confirm) = tokio::join!(
+                    ctx.elicit_as("name", "Enter your name:", string_field("name")),
+                    ctx.elicit_as("confirm", "Confirm action?", confirm_schema()),
+                );
+                let (name, confirm) = (name?, confirm?);
+                let confirmed = confirm.content.as_ref().and_then(|c| c.get("confirm")).and_then(Value::as_bool).unwrap_or(false);
+                Ok(CallToolResult::text(format!("name={:?} confirmed={confirmed}", content_str(&name, "name"))))
+            })
+            .task_support(TaskSupport::Required),
+        )
+        .tool(
+            tool("test_tool_with_task", "MRTR elicitation of user_name, then continues as a task", json!({"type": "object"}), |ctx, _| async move {
+                let answer = ctx.elicit_as("user_name", "What is your name?", string_field("name")).await?;
+                ctx.start_task().await;
+                Ok(CallToolResult::text(format!("Hello, {}! (computed in task)", content_str(&answer, "name"))))
+            })
+            .task_support(TaskSupport::Required)
+            .task_started_by_handler(),
+        )
 }
 
 /// The fixtures of the 2026-07-28 scenarios: multi-round-trip requests (SEP-2322) and the

@@ -23,10 +23,7 @@ impl McpCluster {
     pub async fn start_with(tweak: fn(&mut switchboard_node::raft::RaftNodeConfig)) -> McpCluster {
         let sealer = Arc::new(IdSealer::random());
         let build: McpServerFor = Arc::new(move |i, stores: ClusterStores| {
-            super::builder(ServerConfig { node_id: i as u64, ..Default::default() })
-                .id_sealer(sealer.clone())
-                .cluster(stores.link)
-                .build(stores.mailbox, stores.sessions)
+            stores.build(super::builder(ServerConfig { node_id: i as u64, ..Default::default() }).id_sealer(sealer.clone()))
         });
         let raft = TestCluster::start_tweaked_with_mcp(3, tweak, build).await;
         let (mut urls, mut servers) = (Vec::new(), Vec::new());
