@@ -22,6 +22,14 @@ pub const MAX_SESSIONS: &str = "SWITCHBOARD_MAX_SESSIONS";
 pub const MAX_REQUESTS_PER_SESSION: &str = "SWITCHBOARD_MAX_REQUESTS_PER_SESSION";
 /// `--max-requests-per-node`: requests running at once on a node.
 pub const MAX_REQUESTS_PER_NODE: &str = "SWITCHBOARD_MAX_REQUESTS_PER_NODE";
+/// `--task-ttl`: how long a task (Tasks extension) is kept after it is created.
+pub const TASK_TTL: &str = "SWITCHBOARD_TASK_TTL";
+/// `--task-poll-interval`: how often clients are told to poll a task.
+pub const TASK_POLL_INTERVAL: &str = "SWITCHBOARD_TASK_POLL_INTERVAL";
+/// `--max-tasks`: live tasks the cluster holds.
+pub const MAX_TASKS: &str = "SWITCHBOARD_MAX_TASKS";
+/// `--task-owner-timeout`: how long the node running a task may be silent before it fails.
+pub const TASK_OWNER_TIMEOUT: &str = "SWITCHBOARD_TASK_OWNER_TIMEOUT";
 /// `--log-format`: `text` or `json` on stderr.
 pub const LOG_FORMAT: &str = "SWITCHBOARD_LOG_FORMAT";
 /// `--node-id`: the Raft node id (default: the hostname's ordinal).
@@ -85,6 +93,9 @@ pub const SERVE: &[&str] = &[
     MAX_SESSIONS,
     MAX_REQUESTS_PER_SESSION,
     MAX_REQUESTS_PER_NODE,
+    TASK_TTL,
+    TASK_POLL_INTERVAL,
+    MAX_TASKS,
     LOG_FORMAT,
     NODE_ID,
     LISTEN,
@@ -108,6 +119,7 @@ pub const SERVE: &[&str] = &[
     ELECTION_TIMEOUT,
     MAX_ENTRY_BYTES,
     REPLICATION_BATCH_BYTES,
+    TASK_OWNER_TIMEOUT,
 ];
 
 #[cfg(test)]
@@ -120,7 +132,7 @@ mod tests {
     fn serve_lists_each_flag_once_with_the_prefix() {
         let unique: BTreeSet<&str> = SERVE.iter().copied().collect();
         assert_eq!(unique.len(), SERVE.len(), "a name is listed twice");
-        assert_eq!(SERVE.len(), 33);
+        assert_eq!(SERVE.len(), 37);
         for name in SERVE {
             assert!(name.starts_with("SWITCHBOARD_") && name[12..].chars().all(|c| c.is_ascii_uppercase() || c == '_'), "{name}");
         }

@@ -2,6 +2,7 @@
 
 use crate::cluster::{Node, NodeError, Store};
 use crate::mailbox::InMemoryMailbox;
+use crate::mcp_tasks::TaskSettings;
 use crate::metrics::Metrics;
 use crate::peer::{PeerClient, PeerError, routes};
 use crate::raft::{ClusterStatus, Membership, RaftNodeConfig};
@@ -144,6 +145,15 @@ pub struct CommonArgs {
     /// Requests running at once on a node, parked ones included, every session together.
     #[arg(long, env = env::MAX_REQUESTS_PER_NODE, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_requests_per_node: u64,
+    /// How long a task (Tasks extension) is kept after it is created, finished or not.
+    #[arg(long, env = env::TASK_TTL, value_parser = parse_duration, default_value = "1h")]
+    pub task_ttl: Duration,
+    /// How often clients are told to poll a task (`pollIntervalMs`).
+    #[arg(long, env = env::TASK_POLL_INTERVAL, value_parser = parse_duration, default_value = "500ms")]
+    pub task_poll_interval: Duration,
+    /// Live tasks the cluster holds; a call beyond it that would become a task is refused.
+    #[arg(long, env = env::MAX_TASKS, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_tasks: u64,
     /// Log format on stderr.
     #[arg(long, env = env::LOG_FORMAT, value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -236,6 +246,10 @@ pub struct ServeArgs {
     /// Bytes of log entries one replication request carries at most (past its first entry).
     #[arg(long, env = env::REPLICATION_BATCH_BYTES, default_value_t = 8 * 1024 * 1024, value_parser = limit_bytes)]
     pub replication_batch_bytes: usize,
+    /// How long a member running tasks may go without acknowledging the leader before its
+    /// tasks fail (their work is gone with it).
+    #[arg(long, env = env::TASK_OWNER_TIMEOUT, value_parser = parse_duration, default_value = "10s")]
+    pub task_owner_timeout: Duration,
 }
 
 /// A byte limit of the Raft layer: within the bounds that keep every frame under the cap.
@@ -323,6 +337,7 @@ fn server_builder(common: &CommonArgs, node_id: u64, sealer: Arc<IdSealer>) -> S
         max_sessions: common.max_sessions as usize,
         max_requests_per_session: common.max_requests_per_session as usize,
         max_requests_per_node: common.max_requests_per_node as usize,
+        tasks: TaskSettings { ttl: common.task_ttl, poll_interval: common.task_poll_interval, max_tasks: common.max_tasks as usize },
         ..Default::default()
     };
     common.tools.register(ServerBuilder::new("switchboard", env!("CARGO_PKG_VERSION")).config(config).id_sealer(sealer))
@@ -384,6 +399,7 @@ fn raft_config(args: &ServeArgs, node_id: u64) -> Result<RaftNodeConfig, CliErro
     config.session_ttl = args.common.session_ttl;
     config.max_entry_bytes = args.max_entry_bytes;
     config.replication_batch_bytes = args.replication_batch_bytes;
+    config.task_owner_timeout = args.task_owner_timeout;
     Ok(config)
 }
 
