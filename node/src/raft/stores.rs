@@ -277,11 +277,13 @@ impl RaftTasks {
     /// Fail the live tasks an earlier run of this node owned: their handlers died with it. In
     /// the background, retried until committed (the cluster may still be forming).
     pub fn fail_earlier_runs(&self) {
-        let store = self.clone();
+        // Held weakly between attempts: a stopped node is not kept alive by this.
+        let (node, incarnation) = (Arc::downgrade(&self.node), self.incarnation);
         let task = tokio::spawn(async move {
-            let command = || Command::TaskOwnerLost { node: store.node.id, survivor: Some(store.incarnation) };
             loop {
-                match store.node.propose(command()).await {
+                let Some(node) = node.upgrade() else { return };
+                let command = Command::TaskOwnerLost { node: node.id, survivor: Some(incarnation) };
+                match node.propose(command).await {
                     Ok((Response::TasksFailed(n), _)) => {
                         if n > 0 {
                             tracing::warn!(failed = n, "tasks of this node's earlier run failed: their handlers are gone");
@@ -289,11 +291,10 @@ impl RaftTasks {
                         return;
                     }
                     Ok(_) => return,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "failing the tasks of an earlier run not committed yet; retrying");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    }
+                    Err(e) => tracing::debug!(error = %e, "failing the tasks of an earlier run not committed yet; retrying"),
                 }
+                drop(node);
+                tokio::time::sleep(Duration::from_secs(1)).await;
             }
         });
         self.node.tasks.track(task);

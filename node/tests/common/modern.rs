@@ -131,7 +131,7 @@ impl Modern {
             .header("accept", ACCEPT_BOTH)
             .header("mcp-protocol-version", V)
             .header("mcp-method", method);
-        if let Some(name) = params.get("name").or_else(|| params.get("uri")).and_then(Value::as_str) {
+        if let Some(name) = params.get("name").or_else(|| params.get("uri")).or_else(|| params.get("taskId")).and_then(Value::as_str) {
             request = request.header("mcp-name", name);
         }
         let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
