@@ -12,81 +12,16 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=lib/tools.sh
 source "$REPO/scripts/lib/tools.sh"
+# shellcheck source=lib/conformance-server.sh
+source "$REPO/scripts/lib/conformance-server.sh"
 
 URL="${1:-}"
 NODE22="$(ensure_node22)"
 CONFORMANCE="$(ensure_conformance)"
 
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/switchboard-conformance.XXXXXX")"
-OUTDIR="$WORK/results"
-SUITE_LOG="$WORK/suite.log"
-SERVER_LOG="$WORK/server.log"
-SERVER_PID=""
-KEEP_WORK=0
-
-cleanup() {
-    if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
-        kill "$SERVER_PID" 2>/dev/null || true
-        # Give it a moment for a graceful shutdown, then force it.
-        for _ in $(seq 1 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$SERVER_PID" 2>/dev/null || true
-        wait "$SERVER_PID" 2>/dev/null || true
-    fi
-    if [[ "$KEEP_WORK" == 0 ]]; then rm -rf "$WORK"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-print_server_log() {
-    if [[ -s "$SERVER_LOG" ]]; then
-        echo "--- server log ($SERVER_LOG) ---"
-        cat "$SERVER_LOG"
-        echo "--- end of server log ---"
-    fi
-}
-
+conformance_workdir conformance
 if [[ -z "$URL" ]]; then
-    BIN="$REPO/target/debug/switchboard"
-    if [[ ! -x "$BIN" ]]; then
-        echo "conformance: $BIN missing; building it" >&2
-        (cd "$REPO" && cargo build -p switchboard-node --bin switchboard)
-    fi
-    read -r PORT MPORT PEERPORT < <(python3 - <<'PY'
-import socket
-socks = []
-for _ in range(3):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    socks.append(s)
-print(*(s.getsockname()[1] for s in socks))
-for s in socks:
-    s.close()
-PY
-)
-    echo "conformance: starting switchboard on 127.0.0.1:$PORT (metrics $MPORT, peer $PEERPORT; a one-node Raft cluster)"
-    "$BIN" serve --tools conformance --listen "127.0.0.1:$PORT" --metrics-listen "127.0.0.1:$MPORT" \
-        --peer-listen "127.0.0.1:$PEERPORT" --data-dir "$WORK/data" \
-        </dev/null >"$SERVER_LOG" 2>&1 &
-    SERVER_PID=$!
-    up=0
-    for _ in $(seq 1 300); do # 30 s
-        if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-            echo "conformance: switchboard exited before listening" >&2
-            KEEP_WORK=1
-            print_server_log >&2
-            exit 1
-        fi
-        if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then up=1; break; fi
-        sleep 0.1
-    done
-    if [[ "$up" != 1 ]]; then
-        echo "conformance: switchboard did not listen on 127.0.0.1:$PORT within 30 s" >&2
-        KEEP_WORK=1
-        print_server_log >&2
-        exit 1
-    fi
-    URL="http://127.0.0.1:$PORT/mcp"
+    start_conformance_server
 fi
 
 echo "conformance: running suite 'all' against $URL"

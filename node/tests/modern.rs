@@ -246,21 +246,8 @@ async fn closing_the_retry_cancels_the_handler() {
     let srv = start_default().await;
     let client = Modern::new(&srv.url);
     let first = client.call(1, "ask_then_wait", json!({"flag": "one-node"})).await;
-    let params = json!({"name": "ask_then_wait", "arguments": {"flag": "one-node"}, "requestState": first.state(),
-        "inputResponses": {"go": {"action": "accept", "content": {"ok": true}}}, "_meta": {
-        "io.modelcontextprotocol/protocolVersion": V, "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}});
-    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params});
-    let retry = reqwest::Client::new()
-        .post(&srv.url)
-        .header("content-type", "application/json")
-        .header("accept", common::ACCEPT_BOTH)
-        .header("mcp-protocol-version", V)
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", "ask_then_wait")
-        .timeout(Duration::from_millis(500))
-        .body(body.to_string())
-        .send()
-        .await;
+    let go = json!({"go": {"action": "accept", "content": {"ok": true}}});
+    let retry = client.retry_giving_up("ask_then_wait", json!({"flag": "one-node"}), &first.state(), go, Duration::from_millis(500)).await;
     // The retry is answered only when the handler ends; the client gives up first.
     if let Ok(res) = retry {
         assert!(res.text().await.is_err(), "the handler ended without being cancelled");

@@ -73,20 +73,10 @@ async fn closing_a_retry_on_another_node_cancels_the_handler_on_its_owner() {
     let mut cluster = McpCluster::start().await;
     let owner = Modern::new(&cluster.urls[0]);
     let first = owner.call(1, "ask_then_wait", json!({"flag": "cross-node"})).await;
-    let params = json!({"name": "ask_then_wait", "arguments": {"flag": "cross-node"}, "requestState": first.state(),
-        "inputResponses": confirm(true), "_meta": {
-        "io.modelcontextprotocol/protocolVersion": V, "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}});
     // The handler never ends by itself: the client gives up on the retry after half a second.
-    let gave_up = reqwest::Client::new()
-        .post(&cluster.urls[1])
-        .header("content-type", "application/json")
-        .header("accept", common::ACCEPT_BOTH)
-        .header("mcp-protocol-version", V)
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", "ask_then_wait")
-        .timeout(Duration::from_millis(500))
-        .body(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}).to_string())
-        .send()
+    let other = Modern::new(&cluster.urls[1]);
+    let gave_up = other
+        .retry_giving_up("ask_then_wait", json!({"flag": "cross-node"}), &first.state(), confirm(true), Duration::from_millis(500))
         .await;
     assert!(gave_up.is_err(), "the retry was answered: {gave_up:?}");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

@@ -113,8 +113,32 @@ impl Modern {
         Modern { capabilities, ..Modern::new(url) }
     }
 
-    /// POST `method` with `params` plus this client's `_meta` (and `meta_extra` in it).
-    pub async fn send(&self, id: Value, method: &str, mut params: Value, meta_extra: Value) -> Answer {
+    /// POST `method` with `params` plus this client's `_meta` (and `meta_extra` in it), and read
+    /// the answer.
+    pub async fn send(&self, id: Value, method: &str, params: Value, meta_extra: Value) -> Answer {
+        let res = self.request(id, method, params, meta_extra).send().await.unwrap();
+        let status = res.status().as_u16();
+        assert!(res.headers().get("mcp-session-id").is_none(), "a modern request never gets a session");
+        let node = res.headers().get("x-switchboard-node").and_then(|v| v.to_str().ok()?.parse().ok());
+        Answer { status, node, messages: messages_of(res).await }
+    }
+
+    /// A retry whose client gives up after `after` (closing the response): `Err` when it did.
+    pub async fn retry_giving_up(
+        &self,
+        tool: &str,
+        arguments: Value,
+        state: &str,
+        responses: Value,
+        after: std::time::Duration,
+    ) -> reqwest::Result<reqwest::Response> {
+        let params = json!({"name": tool, "arguments": arguments, "requestState": state, "inputResponses": responses});
+        self.request(json!("retry"), "tools/call", params, json!({})).timeout(after).send().await
+    }
+
+    /// The POST of a request: `params` plus this client's `_meta` (and `meta_extra` in it), and
+    /// the headers that repeat them.
+    fn request(&self, id: Value, method: &str, mut params: Value, meta_extra: Value) -> reqwest::RequestBuilder {
         let mut meta = json!({
             "io.modelcontextprotocol/protocolVersion": V,
             "io.modelcontextprotocol/clientCapabilities": self.capabilities,
@@ -135,11 +159,7 @@ impl Modern {
             request = request.header("mcp-name", name);
         }
         let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let res = request.body(body.to_string()).send().await.unwrap();
-        let status = res.status().as_u16();
-        assert!(res.headers().get("mcp-session-id").is_none(), "a modern request never gets a session");
-        let node = res.headers().get("x-switchboard-node").and_then(|v| v.to_str().ok()?.parse().ok());
-        Answer { status, node, messages: messages_of(res).await }
+        request.body(body.to_string())
     }
 
     pub async fn call(&self, id: i64, tool: &str, arguments: Value) -> Answer {
