@@ -105,6 +105,13 @@ async fn an_elicitation_takes_two_requests_and_its_state_is_single_use() {
     assert_eq!(again.error_code(), Some(-32602));
     assert!(again.last()["error"]["message"].as_str().unwrap().contains("already used"));
     assert_eq!(srv.server.metrics().mrtr_rejected_count("consumed"), 1);
+    // Nothing of the call stays once its outcome was fetched, nor of a call that asked nothing.
+    client.call(4, "test_simple_text", json!({})).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while srv.server.modern_calls_held() > 0 {
+        assert!(std::time::Instant::now() < deadline, "{} calls still held", srv.server.modern_calls_held());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 #[tokio::test]

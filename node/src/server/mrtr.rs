@@ -479,7 +479,12 @@ impl Server {
     /// to `within`. `None` when no such call runs here, or it ended without one.
     pub async fn round_outcome(&self, call: u128, round: u32, within: Duration) -> Option<String> {
         let entry = self.inner.modern_calls.lock().unwrap().get(&call)?.clone();
-        tokio::time::timeout(within, entry.outcome.wait(round)).await.ok()?.map(|text| text.to_string())
+        let outcome = tokio::time::timeout(within, entry.outcome.wait(round)).await.ok()??;
+        // Fetched: a call that has ended leaves the registry now rather than after the linger.
+        if entry.ended.load(std::sync::atomic::Ordering::Acquire) {
+            self.inner.modern_calls.lock().unwrap().remove(&call);
+        }
+        Some(outcome.to_string())
     }
 
     /// The task support of the tool a `tools/call` names (none for an unknown tool, which the
@@ -502,6 +507,11 @@ impl Server {
         }
     }
 
+    /// The 2026-07-28 calls this node holds: running, or ended with an outcome not yet fetched.
+    pub fn modern_calls_held(&self) -> usize {
+        self.inner.modern_calls.lock().unwrap().len()
+    }
+
     /// Whether the 2026-07-28 call `call` runs on this node (or just ended, its last outcome
     /// not fetched yet), cancelling it first when `cancel`.
     pub fn modern_call(&self, call: u128, cancel: bool) -> bool {
@@ -521,12 +531,14 @@ struct Registered {
     server: Server,
     id: u128,
     call: Arc<ModernCall>,
+    /// The last outcome went to a retry's replica, which may not have fetched it yet.
+    outcome_pending: std::sync::atomic::AtomicBool,
 }
 
 impl Registered {
     fn open(server: &Server, id: u128, call: &Arc<ModernCall>) -> Self {
         server.inner.modern_calls.lock().unwrap().insert(id, call.clone());
-        Registered { server: server.clone(), id, call: call.clone() }
+        Registered { server: server.clone(), id, call: call.clone(), outcome_pending: Default::default() }
     }
 
     /// Send the message that ends a round: on the first request's stream (`answered` is
@@ -541,11 +553,19 @@ impl Registered {
         let outcome = RoundOutcome { notifications: call.take().iter().map(Message::to_value).collect(), last: last.to_value() };
         let text: Arc<str> = serde_json::to_string(&outcome).expect("outcomes serialize").into();
         self.call.outcome.set(round, text);
+        self.outcome_pending.store(true, std::sync::atomic::Ordering::Release);
     }
 }
 
 impl Drop for Registered {
+    /// A call whose last outcome nobody waits for leaves the registry at once; one whose last
+    /// outcome went to a retry's replica stays until that replica fetched it, or a while.
     fn drop(&mut self) {
+        self.call.ended.store(true, std::sync::atomic::Ordering::Release);
+        if !self.outcome_pending.load(std::sync::atomic::Ordering::Acquire) || self.call.outcome.taken() {
+            self.server.inner.modern_calls.lock().unwrap().remove(&self.id);
+            return;
+        }
         let (server, id) = (self.server.clone(), self.id);
         let forget = async move {
             tokio::time::sleep(OUTCOME_LINGER).await;

@@ -66,6 +66,8 @@ pub(super) struct ModernCall {
     pub(super) cancel: CancellationToken,
     /// The latest round outcome, for the replica serving the retry that answered the round.
     pub(super) outcome: OutcomeCell,
+    /// The driver is done (the registry may drop the call once its last outcome is fetched).
+    pub(super) ended: std::sync::atomic::AtomicBool,
     /// Whether the call may become a task (the client declared the extension and the tool
     /// supports it), and the handler waiting for it to become one.
     task_allowed: std::sync::atomic::AtomicBool,
@@ -86,6 +88,7 @@ impl ModernCall {
             target: Mutex::new(SinkTarget::Stream(out)),
             cancel,
             outcome: OutcomeCell::default(),
+            ended: Default::default(),
             task_allowed: Default::default(),
             task_start: Mutex::new(None),
             asked: Notify::new(),
@@ -199,12 +202,19 @@ impl ModernCall {
 pub(super) struct OutcomeCell {
     latest: Mutex<Option<(u32, std::sync::Arc<str>)>>,
     ready: Notify,
+    /// The latest outcome was handed to the replica that waited for it.
+    taken: std::sync::atomic::AtomicBool,
 }
 
 impl OutcomeCell {
     pub(super) fn set(&self, round: u32, outcome: std::sync::Arc<str>) {
         *self.latest.lock().unwrap() = Some((round, outcome));
+        self.taken.store(false, std::sync::atomic::Ordering::Release);
         self.ready.notify_waiters();
+    }
+
+    pub(super) fn taken(&self) -> bool {
+        self.taken.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The outcome of `round`, once there is one of that round or a later one (then `None`).
@@ -217,7 +227,11 @@ impl OutcomeCell {
             if let Some((r, outcome)) = self.latest.lock().unwrap().as_ref()
                 && *r >= round
             {
-                return (*r == round).then(|| outcome.clone());
+                if *r == round {
+                    self.taken.store(true, std::sync::atomic::Ordering::Release);
+                    return Some(outcome.clone());
+                }
+                return None;
             }
             notified.await;
         }
