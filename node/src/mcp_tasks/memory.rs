@@ -4,7 +4,6 @@ use super::table::{Lookup, TaskTable};
 use super::{TaskError, TaskEvent, TaskId, TaskOutcome, TaskRefusal, TaskSettings, TaskStore, TaskView, dispatch, millis};
 use crate::clock::now_ms;
 use crate::mailbox::NodeId;
-use crate::protocol::json_text::JsonText;
 use async_trait::async_trait;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -37,10 +36,6 @@ impl InMemoryTaskStore {
     }
 }
 
-fn texts(pairs: Vec<(String, Value)>) -> Vec<(String, JsonText)> {
-    pairs.into_iter().map(|(k, v)| (k, JsonText::from(&v))).collect()
-}
-
 #[async_trait]
 impl TaskStore for InMemoryTaskStore {
     async fn create(&self, id: TaskId, owner: NodeId, settings: TaskSettings) -> Result<(), TaskError> {
@@ -49,12 +44,12 @@ impl TaskStore for InMemoryTaskStore {
     }
 
     async fn ask(&self, id: TaskId, requests: Vec<(String, Value)>) -> Result<(), TaskError> {
-        let requests = texts(requests);
+        let requests = super::json_texts(requests);
         self.change(|table, now, _| table.ask(now, &id, &requests))
     }
 
     async fn answer(&self, id: TaskId, responses: Vec<(String, Value)>) -> Result<Vec<String>, TaskError> {
-        let responses = texts(responses);
+        let responses = super::json_texts(responses);
         self.change(|table, now, events| table.answer(now, &id, &responses, events))
     }
 

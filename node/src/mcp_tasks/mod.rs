@@ -242,6 +242,11 @@ pub fn dispatch(
     }
 }
 
+/// `(key, value)` pairs as the JSON text the records keep.
+pub fn json_texts(pairs: Vec<(String, Value)>) -> Vec<(String, JsonText)> {
+    pairs.into_iter().map(|(k, v)| (k, JsonText::from(&v))).collect()
+}
+
 /// Milliseconds of a `Duration`, as stored.
 pub fn millis(d: Duration) -> Millis {
     d.as_millis() as Millis

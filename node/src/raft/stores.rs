@@ -301,10 +301,6 @@ impl RaftTasks {
     }
 }
 
-fn texts(pairs: Vec<(String, Value)>) -> Vec<(String, JsonText)> {
-    pairs.into_iter().map(|(k, v)| (k, JsonText::from(&v))).collect()
-}
-
 #[async_trait]
 impl TaskStore for RaftTasks {
     async fn create(&self, id: TaskId, owner: NodeId, settings: TaskSettings) -> Result<(), TaskError> {
@@ -320,11 +316,11 @@ impl TaskStore for RaftTasks {
     }
 
     async fn ask(&self, id: TaskId, requests: Vec<(String, Value)>) -> Result<(), TaskError> {
-        self.apply(Command::TaskAsk { id, requests: texts(requests) }).await.map(drop)
+        self.apply(Command::TaskAsk { id, requests: mcp_tasks::json_texts(requests) }).await.map(drop)
     }
 
     async fn answer(&self, id: TaskId, responses: Vec<(String, Value)>) -> Result<Vec<String>, TaskError> {
-        self.apply(Command::TaskAnswer { id, responses: texts(responses) }).await
+        self.apply(Command::TaskAnswer { id, responses: mcp_tasks::json_texts(responses) }).await
     }
 
     async fn cancel(&self, id: TaskId) -> Result<(), TaskError> {

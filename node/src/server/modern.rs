@@ -9,7 +9,7 @@ use super::mrtr::CallRequest;
 use super::outbound::{Outbound, Outgoing};
 use super::round::{ModernCall, ModernClient};
 use crate::protocol::era::{self, MRTR_METHODS, ModernMeta};
-use crate::protocol::jsonrpc::{ErrorObject, LIMIT_REACHED, Message, RequestId};
+use crate::protocol::jsonrpc::{ErrorObject, Message, RequestId};
 use crate::protocol::types::{ProtocolVersion, TASKS_EXTENSION};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
@@ -41,14 +41,13 @@ impl Server {
         out: Outbound,
         cancel: CancellationToken,
     ) {
-        let Some(place) = self.node_place() else {
-            let max = self.inner.config.max_requests_per_node;
-            self.metrics().limit_refused("requests_per_node");
-            let error =
-                ErrorObject::new(LIMIT_REACHED, format!("this node runs {max} requests, its limit (--max-requests-per-node); retry later"))
-                    .with_data(json!({"limit": "requests_per_node", "max": max}));
-            let _ = out.send(Outgoing::Message(Box::new(Message::error(Some(id), error))));
-            return;
+        let place = match self.node_place() {
+            Ok(place) => place,
+            Err(refused) => {
+                self.metrics().limit_refused(refused.label());
+                let _ = out.send(Outgoing::Message(Box::new(Message::error(Some(id), refused.to_error_object()))));
+                return;
+            }
         };
         let params = params.unwrap_or_else(|| json!({}));
         if method == "tools/call"

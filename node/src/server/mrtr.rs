@@ -215,13 +215,9 @@ impl Server {
                     return;
                 }
                 result = &mut handler => {
-                    let message = match (result, call.protocol_error()) {
-                        (Err(_), Some(error)) => Message::error(Some(id.clone()), modern_error(error)),
-                        (Ok(result), Some(error)) if result.get("isError") == Some(&json!(true)) => {
-                            Message::error(Some(id.clone()), modern_error(error))
-                        }
-                        (Ok(result), _) => Message::response(id.clone(), self.envelope(method, result, round > 0)),
-                        (Err(error), None) => Message::error(Some(id.clone()), modern_error(error)),
+                    let message = match call.settle(result) {
+                        Ok(result) => Message::response(id.clone(), self.envelope(method, result, round > 0)),
+                        Err(error) => Message::error(Some(id.clone()), modern_error(error)),
                     };
                     self.metrics().mrtr_round(if message.is_response() { "complete" } else { "error" });
                     outcomes.end_round(answered, &call, message);

@@ -44,7 +44,7 @@ fn take_place(counter: &AtomicUsize, max: usize) -> bool {
 
 /// Why a request was not started.
 #[derive(Debug, Clone, Copy, thiserror::Error)]
-enum Refused {
+pub(super) enum Refused {
     #[error("this session has {0} requests running on this node, its limit (--max-requests-per-session); retry when one ends")]
     Session(usize),
     #[error("this node runs {0} requests, its limit (--max-requests-per-node); retry later")]
@@ -52,14 +52,14 @@ enum Refused {
 }
 
 impl Refused {
-    fn label(self) -> &'static str {
+    pub(super) fn label(self) -> &'static str {
         match self {
             Refused::Session(_) => "requests_per_session",
             Refused::Node(_) => "requests_per_node",
         }
     }
 
-    fn to_error_object(self) -> ErrorObject {
+    pub(super) fn to_error_object(self) -> ErrorObject {
         let max = match self {
             Refused::Session(max) | Refused::Node(max) => max,
         };
@@ -165,10 +165,10 @@ impl Server {
 }
 
 impl Server {
-    pub(super) fn node_place(&self) -> Option<NodePlace> {
+    pub(super) fn node_place(&self) -> Result<NodePlace, Refused> {
         let max = self.inner.config.max_requests_per_node;
         let taken = self.inner.in_flight.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1));
-        taken.is_ok().then(|| NodePlace(self.clone()))
+        taken.map(|_| NodePlace(self.clone())).map_err(|_| Refused::Node(max))
     }
 
     /// A context for a modern request whose messages go to `out`.

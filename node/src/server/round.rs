@@ -190,6 +190,16 @@ impl ModernCall {
         self.protocol_error.lock().unwrap().get_or_insert_with(|| Box::new(error));
     }
 
+    /// How the call ends, given what its handler returned: a protocol failure the handler gave
+    /// up on (an error, or a tool result marked `isError`) answers as that JSON-RPC error.
+    pub(super) fn settle(&self, result: Result<Value, ErrorObject>) -> Result<Value, ErrorObject> {
+        match (result, self.protocol_error()) {
+            (Err(_), Some(error)) => Err(error),
+            (Ok(result), Some(error)) if result.get("isError") == Some(&Value::Bool(true)) => Err(error),
+            (result, _) => result,
+        }
+    }
+
     pub(super) fn protocol_error(&self) -> Option<ErrorObject> {
         self.protocol_error.lock().unwrap().as_deref().cloned()
     }

@@ -130,11 +130,9 @@ impl Server {
                 biased;
                 _ = cancel.cancelled() => break TaskOutcome::Cancelled,
                 result = &mut handler => {
-                    break match (result, call.protocol_error()) {
-                        (Err(_), Some(error)) => TaskOutcome::Failed(JsonText::from(&json!(error))),
-                        (Ok(result), Some(error)) if result.get("isError") == Some(&json!(true)) => TaskOutcome::Failed(JsonText::from(&json!(error))),
-                        (Ok(result), _) => TaskOutcome::Completed(JsonText::from(&result)),
-                        (Err(error), None) => TaskOutcome::Failed(JsonText::from(&json!(error))),
+                    break match call.settle(result) {
+                        Ok(result) => TaskOutcome::Completed(JsonText::from(&result)),
+                        Err(error) => TaskOutcome::Failed(JsonText::from(&json!(error))),
                     };
                 }
                 event = events.recv() => match event {
