@@ -281,3 +281,29 @@ mod rmcp_tasks {
         cluster.raft.stop_all().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_owner_fails_the_tasks_of_its_earlier_run() {
+    let mut cluster = TestCluster::start(3).await;
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await;
+    let (owner, other) = ((leader + 1) % 3, (leader + 2) % 3);
+    let id = TaskId::random();
+    {
+        let tasks = RaftTasks::new(cluster.node(owner).clone());
+        tasks.create(id, owner as u64, TaskSettings::default()).await.unwrap();
+    }
+    // The owner's process goes and comes back: the handler that ran the task is gone with it.
+    cluster.kill(owner).await;
+    let reader = RaftTasks::new(cluster.node(other).clone());
+    assert_eq!(reader.get(id).await.unwrap().record.status, TaskStatus::Working);
+    cluster.restart(owner).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match reader.get(id).await {
+            Ok(view) if view.record.status == TaskStatus::Failed => break,
+            other => assert!(Instant::now() < deadline, "the earlier run's task is not failed: {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cluster.stop_all().await;
+}

@@ -83,6 +83,11 @@ impl TaskTable {
         self.tasks.values().filter(|t| t.owner == node && !t.status.is_terminal()).count()
     }
 
+    /// Live tasks `node` owns from another run than `incarnation`.
+    pub fn live_of_earlier_runs(&self, node: NodeId, incarnation: u64) -> usize {
+        self.tasks.values().filter(|t| t.owner == node && t.incarnation != incarnation && !t.status.is_terminal()).count()
+    }
+
     /// Tasks by status, for metrics.
     pub fn count_by_status(&self) -> BTreeMap<TaskStatus, usize> {
         let mut counts = BTreeMap::new();
@@ -344,6 +349,7 @@ mod tests {
         assert_eq!(task.status, TaskStatus::Failed);
         assert!(task.error.as_ref().unwrap().decode()["message"].as_str().unwrap().contains("node 1 lost"));
         assert_eq!(table.live_on(1), 1);
+        assert_eq!((table.live_of_earlier_runs(1, 8), table.live_of_earlier_runs(2, 8)), (0, 1));
         assert_eq!(table.owner_lost(6, 2, None), 1);
         assert_eq!(table.live_on(2), 0);
     }

@@ -275,13 +275,18 @@ impl RaftTasks {
     }
 
     /// Fail the live tasks an earlier run of this node owned: their handlers died with it. In
-    /// the background, retried until committed (the cluster may still be forming).
+    /// the background, retried until committed (the cluster may still be forming); nothing is
+    /// written when the caught-up state has none.
     pub fn fail_earlier_runs(&self) {
         // Held weakly between attempts: a stopped node is not kept alive by this.
         let (node, incarnation) = (Arc::downgrade(&self.node), self.incarnation);
         let task = tokio::spawn(async move {
             loop {
                 let Some(node) = node.upgrade() else { return };
+                // Caught up first: most starts find no such task, and then write nothing.
+                if node.linearize().await.is_ok() && node.sm.read(|sm| sm.tasks.live_of_earlier_runs(node.id, incarnation)) == 0 {
+                    return;
+                }
                 let command = Command::TaskOwnerLost { node: node.id, survivor: Some(incarnation) };
                 match node.propose(command).await {
                     Ok((Response::TasksFailed(n), _)) => {
