@@ -57,6 +57,8 @@ check "kubernetes-validate --strict $K8S_VERSION (default values)" validate "$ou
 check "kubernetes-validate --strict $K8S_VERSION (all values)" validate "$out/all.yaml"
 check "the chart refuses values outside its schema" \
     bash -c '! "$1" template ops "$2" --set log.format=xml >/dev/null 2>&1' _ "$helm" "$CHART"
+check "the removed membership.enabled switch is refused" \
+    bash -c '! "$1" template ops "$2" --set membership.enabled=false >/dev/null 2>&1' _ "$helm" "$CHART"
 check "all values render the ServiceMonitor and the default values do not" \
     bash -c 'grep -q "^kind: ServiceMonitor" "$1" && ! grep -q "^kind: ServiceMonitor" "$2"' _ "$out/all.yaml" "$out/default.yaml"
 check "chart CRD equals crds/mcpserver.yaml" cmp "$CHART/crds/mcpserver.yaml" "$REPO/crds/mcpserver.yaml"

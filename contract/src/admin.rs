@@ -8,10 +8,11 @@
 //! | `POST` [`PROMOTE`] | [`MemberRequest`] | a learner at most [`PROMOTE_MAX_LAG`] behind becomes a voter |
 //! | `POST` [`REMOVE`] | [`MemberRequest`] | the member leaves the Raft group |
 //! | `POST` [`JOIN`] | [`MemberRequest`] with `addr` | learner, caught up, then voter |
+//! | `POST` [`TRANSFER_LEADERSHIP`] | [`MemberRequest`] | the leader hands leadership to that healthy voter |
 //!
 //! Membership calls reaching a follower are forwarded to the leader.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -25,10 +26,17 @@ pub const PROMOTE: &str = "/admin/promote";
 pub const REMOVE: &str = "/admin/remove";
 /// `POST` [`MemberRequest`] `{id, addr}`: add a learner, wait until it has caught up, promote it.
 pub const JOIN: &str = "/admin/join";
+/// `POST` [`MemberRequest`] `{id}`: the leader hands leadership to voter `id` (healthy, see
+/// [`ClusterStatus::health`]) and answers once `id` leads.
+pub const TRANSFER_LEADERSHIP: &str = "/admin/transfer-leadership";
 
 /// A learner is promoted only once it is at most this many entries behind the leader: the node
 /// refuses a promotion beyond it, and the operator waits for it.
 pub const PROMOTE_MAX_LAG: u64 = 100;
+
+/// How long a member may go without acknowledging the leader and still count as healthy, when
+/// the status does not say ([`ClusterStatus::silent_after_ms`] is 0: a node from before it did).
+pub const DEFAULT_SILENT_AFTER_MS: u64 = 1_000;
 
 /// A replica's view of the cluster, served as JSON by the admin API.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,6 +62,10 @@ pub struct ClusterStatus {
     /// for a member never heard from.
     #[serde(default)]
     pub last_contact_ms: BTreeMap<u64, u64>,
+    /// Leader only: a member silent for longer than this counts as down (the leader's election
+    /// timeout: the silence after which a follower would call an election itself).
+    #[serde(default)]
+    pub silent_after_ms: u64,
     pub pending_mailboxes: usize,
     pub sessions: usize,
 }
@@ -67,6 +79,46 @@ impl ClusterStatus {
     /// `id` leads, or is known (from the leader's lag) to be at most [`PROMOTE_MAX_LAG`] behind.
     pub fn caught_up(&self, id: u64) -> bool {
         self.leader == Some(id) || self.replication_lag.get(&id).is_some_and(|lag| *lag <= PROMOTE_MAX_LAG)
+    }
+
+    /// Whether `id` can be counted on to vote, and if not why: the leader is; any other member
+    /// must be caught up *and* have acknowledged the leader recently. Lag alone is not enough:
+    /// on an idle cluster a crashed follower keeps lag 0.
+    pub fn health(&self, id: u64) -> Result<(), String> {
+        if self.leader == Some(id) {
+            return Ok(());
+        }
+        let silent_after = if self.silent_after_ms == 0 { DEFAULT_SILENT_AFTER_MS } else { self.silent_after_ms };
+        match (self.replication_lag.get(&id), self.last_contact_ms.get(&id)) {
+            (None, _) => Err(format!("member {id}: no replication progress known")),
+            (Some(lag), _) if *lag > PROMOTE_MAX_LAG => Err(format!("member {id}: {lag} entries behind")),
+            (Some(_), None) => Err(format!("member {id}: never heard from")),
+            (Some(_), Some(ms)) if *ms > silent_after => Err(format!("member {id}: last heard {ms} ms ago")),
+            (Some(_), Some(_)) => Ok(()),
+        }
+    }
+
+    /// Why changing the voters from the current ones to `after` must not happen now, if it must
+    /// not. Raft passes through the joint configuration, whose every commit needs a majority of
+    /// the old voters and one of the new: refused unless each has that many healthy members
+    /// ([`Self::health`]). Used by the operator's planner and by the node's admin API alike.
+    pub fn voter_change_refusal(&self, after: &BTreeSet<u64>) -> Option<String> {
+        if after.is_empty() {
+            return Some("no voter would be left".into());
+        }
+        let before: BTreeSet<u64> = self.voters.iter().copied().collect();
+        for (voters, which) in [(&before, "current"), (after, "new")] {
+            let unhealthy: Vec<String> = voters.iter().filter_map(|id| self.health(*id).err()).collect();
+            let healthy = voters.len() - unhealthy.len();
+            let majority = voters.len() / 2 + 1;
+            if healthy < majority {
+                return Some(format!(
+                    "the {which} voters {voters:?} would have {healthy} healthy, and a majority needs {majority} ({})",
+                    unhealthy.join("; ")
+                ));
+            }
+        }
+        None
     }
 }
 
@@ -106,6 +158,7 @@ mod tests {
             "last_log_index": 42, "committed_index": 42, "last_applied_index": 41,
             "replication_lag": {"0": 0, "1": 0, "2": 7, "3": 500},
             "last_contact_ms": {"1": 40, "2": 60},
+            "silent_after_ms": 1000,
             "pending_mailboxes": 2, "sessions": 5
         })
     }
@@ -155,6 +208,48 @@ mod tests {
     }
 
     #[test]
+    fn a_member_is_healthy_when_caught_up_and_recently_heard() {
+        let status: ClusterStatus = serde_json::from_value(served()).unwrap();
+        assert_eq!(status.health(0), Ok(()), "the leader");
+        assert_eq!(status.health(1), Ok(()));
+        assert_eq!(status.health(3), Err("member 3: 500 entries behind".into()));
+        assert_eq!(status.health(4), Err("member 4: no replication progress known".into()));
+        // Idle and dead: lag 0, but silent for longer than the leader's election timeout.
+        let mut dead = status.clone();
+        dead.last_contact_ms.insert(1, 4_200);
+        assert_eq!(dead.health(1), Err("member 1: last heard 4200 ms ago".into()));
+        dead.last_contact_ms.remove(&1);
+        assert_eq!(dead.health(1), Err("member 1: never heard from".into()));
+        // A status without the threshold falls back to the default.
+        let mut older = status.clone();
+        older.silent_after_ms = 0;
+        older.last_contact_ms.insert(1, DEFAULT_SILENT_AFTER_MS + 1);
+        assert!(older.health(1).is_err());
+        older.last_contact_ms.insert(1, DEFAULT_SILENT_AFTER_MS);
+        assert_eq!(older.health(1), Ok(()));
+    }
+
+    #[test]
+    fn a_voter_change_needs_a_healthy_majority_of_the_old_and_the_new_voters() {
+        let mut status: ClusterStatus = serde_json::from_value(served()).unwrap();
+        let set = |ids: &[u64]| ids.iter().copied().collect::<BTreeSet<u64>>();
+        assert_eq!(status.voter_change_refusal(&set(&[0, 1])), None);
+        // The worked case: three idle voters, 1 dead; removing 2 leaves {0, 1} with one healthy.
+        status.last_contact_ms.insert(1, 60_000);
+        let refusal = status.voter_change_refusal(&set(&[0, 1])).unwrap();
+        assert_eq!(refusal, "the new voters {0, 1} would have 1 healthy, and a majority needs 2 (member 1: last heard 60000 ms ago)");
+        // Removing the dead member instead is fine: {0, 2} are both healthy.
+        assert_eq!(status.voter_change_refusal(&set(&[0, 2])), None);
+        // Four voters, two of them down: the current configuration has no healthy majority.
+        status.voters = vec![0, 1, 2, 3];
+        status.replication_lag.insert(3, 0);
+        status.last_contact_ms.insert(3, 9_000);
+        let refusal = status.voter_change_refusal(&set(&[0, 2, 3])).unwrap();
+        assert!(refusal.starts_with("the current voters {0, 1, 2, 3} would have 2 healthy, and a majority needs 3"), "{refusal}");
+        assert_eq!(status.voter_change_refusal(&BTreeSet::new()).as_deref(), Some("no voter would be left"));
+    }
+
+    #[test]
     fn member_requests_carry_an_address_only_when_adding() {
         assert_eq!(serde_json::to_value(MemberRequest::member(3)).unwrap(), json!({"id": 3}));
         assert_eq!(serde_json::to_value(MemberRequest::new_member(3, "d:7070")).unwrap(), json!({"id": 3, "addr": "d:7070"}));
@@ -164,7 +259,7 @@ mod tests {
 
     #[test]
     fn paths() {
-        for path in [STATUS, LEARNERS, PROMOTE, REMOVE, JOIN] {
+        for path in [STATUS, LEARNERS, PROMOTE, REMOVE, JOIN, TRANSFER_LEADERSHIP] {
             assert!(path.starts_with("/admin/"), "{path}");
         }
     }

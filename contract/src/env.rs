@@ -30,6 +30,8 @@ pub const TASK_POLL_INTERVAL: &str = "SWITCHBOARD_TASK_POLL_INTERVAL";
 pub const MAX_TASKS: &str = "SWITCHBOARD_MAX_TASKS";
 /// `--task-owner-timeout`: how long the node running a task may be silent before it fails.
 pub const TASK_OWNER_TIMEOUT: &str = "SWITCHBOARD_TASK_OWNER_TIMEOUT";
+/// `--drain-timeout`: on SIGTERM, how long running calls get to finish.
+pub const DRAIN_TIMEOUT: &str = "SWITCHBOARD_DRAIN_TIMEOUT";
 /// `--log-format`: `text` or `json` on stderr.
 pub const LOG_FORMAT: &str = "SWITCHBOARD_LOG_FORMAT";
 /// `--node-id`: the Raft node id (default: the hostname's ordinal).
@@ -120,6 +122,7 @@ pub const SERVE: &[&str] = &[
     MAX_ENTRY_BYTES,
     REPLICATION_BATCH_BYTES,
     TASK_OWNER_TIMEOUT,
+    DRAIN_TIMEOUT,
 ];
 
 #[cfg(test)]
@@ -132,7 +135,7 @@ mod tests {
     fn serve_lists_each_flag_once_with_the_prefix() {
         let unique: BTreeSet<&str> = SERVE.iter().copied().collect();
         assert_eq!(unique.len(), SERVE.len(), "a name is listed twice");
-        assert_eq!(SERVE.len(), 37);
+        assert_eq!(SERVE.len(), 38);
         for name in SERVE {
             assert!(name.starts_with("SWITCHBOARD_") && name[12..].chars().all(|c| c.is_ascii_uppercase() || c == '_'), "{name}");
         }

@@ -250,6 +250,12 @@ pub struct ServeArgs {
     /// tasks fail (their work is gone with it).
     #[arg(long, env = env::TASK_OWNER_TIMEOUT, value_parser = parse_duration, default_value = "10s")]
     pub task_owner_timeout: Duration,
+
+    /// On SIGTERM, how long running calls (parked elicitations included) get to finish before
+    /// they are ended with an error. Meanwhile the node reports not-ready and, as leader,
+    /// hands leadership over. Keep it below the pod's termination grace period.
+    #[arg(long, env = env::DRAIN_TIMEOUT, value_parser = parse_duration, default_value = "20s")]
+    pub drain_timeout: Duration,
 }
 
 /// A byte limit of the Raft layer: within the bounds that keep every frame under the cap.
@@ -474,19 +480,39 @@ async fn serve(args: ServeArgs) -> Result<(), CliError> {
     let mcp = bind(args.listen).await?;
     let metrics_listener = bind(args.metrics_listen).await?;
     tracing::info!(node_id, listen = %mcp.local_addr()?, metrics = %metrics_listener.local_addr()?, "switchboard node serving MCP at /mcp");
+    // The ports close only after the drain: /readyz says "draining" meanwhile, and calls that
+    // still arrive before the Service notices are served.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let on_stop = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    };
     let metrics_task = tokio::spawn(http::serve_limited(
         metrics_listener,
         node.metrics_router(),
-        shutdown_signal(),
+        on_stop(stopped.clone()),
         "metrics",
         limits.clone(),
         metrics.clone(),
     ));
-    http::serve_limited(mcp, node.mcp_router(), shutdown_signal(), "mcp", limits, metrics).await?;
+    let mut mcp_task = tokio::spawn(http::serve_limited(mcp, node.mcp_router(), on_stop(stopped), "mcp", limits, metrics));
+    tokio::select! {
+        () = shutdown_signal() => {}
+        served = &mut mcp_task => served.map_err(|e| CliError::Config(format!("MCP server task: {e}")))??,
+    }
+    let drained = node.drain(args.drain_timeout).await;
+    tracing::info!(handed_to = ?drained.handed_to, cut_short = drained.cut_short, "stopping");
+    let _ = stop.send(true);
+    // Nothing is parked any more; an idle stream still open must not hold the exit.
+    if tokio::time::timeout(CLOSE_CONNECTIONS_WITHIN, &mut mcp_task).await.is_err() {
+        mcp_task.abort();
+    }
     metrics_task.abort();
     node.stop().await;
     Ok(())
 }
+
+/// After a drain, how long open connections (idle streams) get to close before the process exits.
+const CLOSE_CONNECTIONS_WITHIN: Duration = Duration::from_secs(3);
 
 /// The cluster as one member sees it, for people: one line per member.
 fn status_table(status: &ClusterStatus) -> String {

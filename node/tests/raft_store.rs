@@ -10,10 +10,12 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 use switchboard_node::mailbox::{DeliverOutcome, Mailbox, MailboxKey, SessionTag, WaitOutcome, contract};
+use switchboard_node::metrics::Metrics;
 use switchboard_node::protocol::types::{CapabilityFlags, Implementation, LogLevel};
 use switchboard_node::raft::log_store::LogStore;
 use switchboard_node::raft::sm_store::StateMachineStore;
 use switchboard_node::raft::types::TypeConfig;
+use switchboard_node::raft::{RaftNode, RaftStoreError};
 use switchboard_node::session::{SessionId, SessionRecord, SessionStore};
 
 struct RedbBuilder;
@@ -303,5 +305,33 @@ async fn a_peer_with_another_id_key_is_refused_loudly() {
     assert_eq!(cluster.metrics[0].peer_refused_count("key_mismatch"), 1);
     assert_eq!(status(Some("aaaa")).await.unwrap().status(), 200);
     assert_eq!(status(None).await.unwrap().status(), 200, "admin tools send no key");
+    cluster.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_written_under_another_key_is_refused_at_start_and_kept() {
+    let mut cluster = TestCluster::start_with(1, |c| c.key_fingerprint = Some("aaaa".into())).await;
+    cluster.wait_for_leader(Duration::from_secs(5)).await;
+    let written = cluster.node(0).status().last_log_index;
+    cluster.kill(0).await;
+    // The stopped member's background tasks let go of its log store.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // The same volume under a newly generated key, as when an McpServer is re-created with the
+    // same name: the member refuses to start, says why and what to do, and writes nothing.
+    let mut config = cluster.config(0);
+    config.key_fingerprint = Some("bbbb".into());
+    let refused = RaftNode::start(config, Arc::new(Metrics::new())).await.err().expect("refused");
+    let message = refused.to_string();
+    assert!(matches!(refused, RaftStoreError::ForeignData { .. }), "{refused:?}");
+    assert!(
+        message.contains("belongs to encryption key aaaa, not this node's bbbb") && message.contains("restore the Secret"),
+        "{message}"
+    );
+
+    // Under its own key it starts on its data as before.
+    cluster.restart(0).await;
+    cluster.wait_for_leader(Duration::from_secs(5)).await;
+    assert!(cluster.node(0).status().last_log_index >= written);
     cluster.stop_all().await;
 }

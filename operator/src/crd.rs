@@ -74,6 +74,13 @@ pub struct McpServerSpec {
     /// Raft timing.
     #[serde(default)]
     pub raft: RaftTiming,
+    /// How long a stopping pod (rolling update, drain, scale-down) has: it turns not-ready,
+    /// hands Raft leadership over, and lets its running calls finish for all but the last 10
+    /// seconds; calls still waiting for an answer then end with an error telling the client to
+    /// call again. Raise it towards the elicitation timeout to let long questions finish.
+    #[serde(default = "default_termination_grace_period_seconds")]
+    #[schemars(range(min = 15, max = 3600))]
+    pub termination_grace_period_seconds: i64,
     /// The persistent volume of each node's Raft log. Fixed after creation.
     #[serde(default)]
     pub storage: Storage,
@@ -138,6 +145,16 @@ pub const ALLOWED_ORIGINS_MESSAGE: &str =
 
 fn default_replicas() -> i32 {
     3
+}
+
+/// Seconds a stopping pod has by default (see [`McpServerSpec::termination_grace_period_seconds`]).
+pub const DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS: i64 = 60;
+/// What a stopping pod keeps for itself after its calls' share of the grace period: the
+/// leadership hand-off and closing Raft.
+pub const STOP_MARGIN_SECONDS: i64 = 10;
+
+fn default_termination_grace_period_seconds() -> i64 {
+    DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS
 }
 
 /// When the kubelet pulls the node image.

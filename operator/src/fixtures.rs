@@ -42,6 +42,7 @@ impl McpServer {
                 "imagePullPolicy": "Always",
                 "timeouts": { "elicitation": "2m", "sampling": "90s", "session": "30m" },
                 "raft": { "heartbeatInterval": "250ms", "electionTimeout": "3s" },
+                "terminationGracePeriodSeconds": 330,
                 "storage": { "size": "5Gi", "storageClassName": "fast-ssd" },
                 "resources": { "requests": { "cpu": "250m", "memory": "128Mi" }, "limits": { "memory": "512Mi" } },
                 "env": [ { "name": "SWITCHBOARD_LOG", "value": "debug" }, { "name": "SWITCHBOARD_TOOLS", "value": "conformance" } ],
@@ -276,8 +277,8 @@ impl FakeApi {
 }
 
 impl Context {
-    /// A context over a fake API server, without membership management unless `admin` is given.
-    pub fn test(admin: Option<Arc<dyn AdminApi>>) -> (Arc<Self>, FakeApi) {
+    /// A context over a fake API server whose nodes answer through `admin`.
+    pub fn test(admin: Arc<dyn AdminApi>) -> (Arc<Self>, FakeApi) {
         let (fake, client) = FakeApi::start();
         let recorder = Recorder::new(client.clone(), Reporter { controller: "switchboard-operator".into(), instance: None });
         (Arc::new(Context::new(client, recorder, Settings::default(), admin)), fake)
@@ -309,6 +310,7 @@ impl RecordedAdmin {
             for id in 0..n {
                 c.members.insert(id, Self::addr(name, id));
                 c.replication_lag.insert(id, 0);
+                c.last_contact_ms.insert(id, 0);
             }
         }
         Arc::new(admin)
@@ -350,6 +352,7 @@ impl AdminApi for RecordedAdmin {
         c.learners.push(id);
         c.members.insert(id, member_addr.into());
         c.replication_lag.insert(id, self.new_learner_lag);
+        c.last_contact_ms.insert(id, 0);
         Ok(())
     }
 
@@ -374,6 +377,7 @@ impl AdminApi for RecordedAdmin {
         c.voters.retain(|v| *v != id);
         c.members.remove(&id);
         c.replication_lag.remove(&id);
+        c.last_contact_ms.remove(&id);
         Ok(())
     }
 }

@@ -48,9 +48,6 @@ struct RunArgs {
     /// The operator pods' labels (`k=v,k=v`), for the same NetworkPolicy.
     #[arg(long, env = "SWITCHBOARD_OPERATOR_POD_LABELS", value_parser = parse_labels)]
     operator_pod_labels: Option<std::collections::BTreeMap<String, String>>,
-    /// Leave Raft membership alone on scale (the StatefulSet follows spec.replicas directly).
-    #[arg(long, env = "SWITCHBOARD_OPERATOR_NO_MEMBERSHIP")]
-    no_membership: bool,
     /// Timeout of one node admin API call, in seconds.
     #[arg(long, env = "SWITCHBOARD_OPERATOR_ADMIN_TIMEOUT_SECONDS", default_value_t = 5)]
     admin_timeout_seconds: u64,
@@ -91,7 +88,6 @@ fn main() -> ExitCode {
                 metrics_listen: args.metrics_listen,
                 cluster_domain: args.cluster_domain,
                 operator,
-                manage_membership: !args.no_membership,
                 admin_timeout: std::time::Duration::from_secs(args.admin_timeout_seconds),
             };
             match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

@@ -10,8 +10,11 @@
 //! - scale-down: members at or above the new size are removed highest first, and the
 //!   StatefulSet shrinks only below ordinals that are no longer members, so a pod never goes
 //!   while its node still votes;
-//! - a call that would leave fewer caught-up voters than a majority is refused, with the reason
-//!   (surfaced as a condition and a Warning event) and nothing is done until that changes.
+//! - a voter change that would leave the old or the new voters without a healthy majority
+//!   ([`ClusterStatus::voter_change_refusal`]: caught up *and* recently heard from, so a dead
+//!   member of an idle cluster does not count) is refused, with the reason (surfaced as a
+//!   condition and a Warning event), and nothing is done until that changes. The node's admin
+//!   API refuses such a removal too.
 //!
 //! [`execute`] carries the chosen call out through an [`AdminApi`]: [`HttpAdmin`] talks to
 //! real nodes (`Authorization: Bearer <cluster secret>`), tests use a recorded fake.
@@ -58,12 +61,6 @@ pub struct Plan {
     pub waiting: Option<String>,
 }
 
-/// Voters that would be caught up after a change, and the majority the new voter set needs.
-fn quorum_after(status: &ClusterStatus, voters: &BTreeSet<u64>) -> (usize, usize) {
-    let healthy = voters.iter().filter(|id| status.caught_up(**id)).count();
-    (healthy, voters.len() / 2 + 1)
-}
-
 /// Decide the next step. `current` is the StatefulSet's replicas; `status` comes from the leader
 /// (or any member when no leader is known, in which case nothing is changed).
 pub fn plan(desired: i32, current: i32, status: &ClusterStatus) -> Plan {
@@ -86,14 +83,10 @@ pub fn plan(desired: i32, current: i32, status: &ClusterStatus) -> Plan {
         plan.statefulset_replicas = desired.max(highest as i32 + 1).min(current.max(desired));
         if voters.contains(&highest) {
             let after: BTreeSet<u64> = voters.iter().copied().filter(|id| *id != highest).collect();
-            let (healthy, majority) = quorum_after(status, &after);
             if after.is_empty() {
                 plan.refusal = Some(format!("member {highest} is the last voter; it cannot be removed"));
-            } else if healthy < majority {
-                plan.refusal = Some(format!(
-                    "removing member {highest} would leave {healthy} of {} voters caught up; a majority needs {majority}",
-                    after.len()
-                ));
+            } else if let Some(why) = status.voter_change_refusal(&after) {
+                plan.refusal = Some(format!("removing member {highest} is unsafe: {why}"));
             } else {
                 plan.step = Some(Step::Remove { id: highest });
             }
@@ -112,19 +105,14 @@ pub fn plan(desired: i32, current: i32, status: &ClusterStatus) -> Plan {
     }
     // Learners become voters once caught up, lowest first.
     if let Some(&id) = status.learners.iter().filter(|id| **id < desired_ids).min() {
-        if !status.caught_up(id) {
-            let lag = status.replication_lag.get(&id).map_or("unknown".to_string(), |l| l.to_string());
-            plan.waiting = Some(format!("waiting for member {id} to catch up (lag {lag})"));
+        if let Err(why) = status.health(id) {
+            plan.waiting = Some(format!("waiting for {why}"));
             return plan;
         }
         let mut after = voters.clone();
         after.insert(id);
-        let (healthy, majority) = quorum_after(status, &after);
-        if healthy < majority {
-            plan.refusal = Some(format!(
-                "promoting member {id} would leave {healthy} of {} voters caught up; a majority needs {majority}",
-                after.len()
-            ));
+        if let Some(why) = status.voter_change_refusal(&after) {
+            plan.refusal = Some(format!("promoting member {id} is unsafe: {why}"));
         } else {
             plan.step = Some(Step::Promote { id });
         }
@@ -271,6 +259,7 @@ impl AdminApi for HttpAdmin {
 mod tests {
     use super::*;
 
+    /// Node 0 leading; every member with a lag was heard from 50 ms ago.
     fn cluster(voters: &[u64], learners: &[u64], lag: &[(u64, u64)]) -> ClusterStatus {
         ClusterStatus {
             node_id: 0,
@@ -279,6 +268,8 @@ mod tests {
             learners: learners.to_vec(),
             members: voters.iter().chain(learners).map(|id| (*id, format!("n{id}:7070"))).collect(),
             replication_lag: lag.iter().copied().collect(),
+            last_contact_ms: lag.iter().map(|(id, _)| (*id, 50)).collect(),
+            silent_after_ms: 1_000,
             ..ClusterStatus::default()
         }
     }
@@ -311,10 +302,10 @@ mod tests {
     fn a_lagging_learner_is_waited_for() {
         let plan = plan(4, 4, &cluster(&[0, 1, 2], &[3], &[(0, 0), (1, 0), (2, 0), (3, 5000)]));
         assert_eq!(plan.step, None);
-        assert_eq!(plan.waiting.as_deref(), Some("waiting for member 3 to catch up (lag 5000)"));
+        assert_eq!(plan.waiting.as_deref(), Some("waiting for member 3: 5000 entries behind"));
         assert!(!plan.is_done());
         let unknown = super::plan(4, 4, &cluster(&[0, 1, 2], &[3], &caught_up(&[0, 1, 2])));
-        assert_eq!(unknown.waiting.as_deref(), Some("waiting for member 3 to catch up (lag unknown)"));
+        assert_eq!(unknown.waiting.as_deref(), Some("waiting for member 3: no replication progress known"));
     }
 
     #[test]
@@ -345,18 +336,71 @@ mod tests {
         let plan = plan(2, 3, &cluster(&[0, 1, 2], &[], &[(0, 0)]));
         assert_eq!(plan.step, None);
         assert_eq!(plan.statefulset_replicas, 3, "the pod is kept");
-        assert_eq!(plan.refusal.as_deref(), Some("removing member 2 would leave 1 of 2 voters caught up; a majority needs 2"));
+        assert_eq!(
+            plan.refusal.as_deref(),
+            Some(
+                "removing member 2 is unsafe: the current voters {0, 1, 2} would have 1 healthy, and a majority needs 2 \
+                 (member 1: no replication progress known; member 2: no replication progress known)"
+            )
+        );
+    }
+
+    #[test]
+    fn an_idle_cluster_with_a_dead_member_refuses_the_removal_that_would_need_it() {
+        // The worked case: three idle voters (lag 0 everywhere), node 1 dead for a minute.
+        let mut status = cluster(&[0, 1, 2], &[], &caught_up(&[0, 1, 2]));
+        status.last_contact_ms.insert(1, 60_000);
+        let plan = plan(2, 3, &status);
+        assert_eq!((plan.step.clone(), plan.statefulset_replicas), (None, 3), "node 2 and its pod stay");
+        assert_eq!(
+            plan.refusal.as_deref(),
+            Some(
+                "removing member 2 is unsafe: the new voters {0, 1} would have 1 healthy, and a majority needs 2 \
+                 (member 1: last heard 60000 ms ago)"
+            )
+        );
+        // Once node 1 is back, the same scale proceeds.
+        status.last_contact_ms.insert(1, 30);
+        assert_eq!(super::plan(2, 3, &status).step, Some(Step::Remove { id: 2 }));
+    }
+
+    #[test]
+    fn five_voters_shrink_to_one_in_safe_steps() {
+        let mut status = cluster(&[0, 1, 2, 3, 4], &[], &caught_up(&[0, 1, 2, 3, 4]));
+        let mut current = 5;
+        let mut removed = Vec::new();
+        while let Some(Step::Remove { id }) = plan(1, current, &status).step {
+            let after: BTreeSet<u64> = status.voters.iter().copied().filter(|v| *v != id).collect();
+            assert_eq!(status.voter_change_refusal(&after), None);
+            removed.push(id);
+            status.voters.retain(|v| *v != id);
+            current = plan(1, current, &status).statefulset_replicas;
+        }
+        assert_eq!(removed, vec![4, 3, 2, 1]);
+        let done = plan(1, current, &status);
+        assert!(done.is_done(), "{done:?}");
+        assert_eq!(done.statefulset_replicas, 1);
+    }
+
+    #[test]
+    fn the_leader_may_be_the_member_removed() {
+        let mut status = cluster(&[0, 1, 2], &[], &caught_up(&[0, 1, 2]));
+        status.leader = Some(2);
+        status.node_id = 2;
+        assert_eq!(plan(2, 3, &status).step, Some(Step::Remove { id: 2 }));
     }
 
     #[test]
     fn a_promotion_that_would_lose_quorum_is_refused() {
-        // Voters {0, 1}, 1 lagging; promoting caught-up 2 makes three voters with two caught up: fine.
-        let ok = plan(3, 3, &cluster(&[0, 1], &[2], &[(0, 0), (1, 900), (2, 0)]));
-        assert_eq!(ok.step, Some(Step::Promote { id: 2 }));
-        // Voters {0, 1, 2} with 1 and 2 far behind: promoting 3 makes four voters with two caught up; a majority is three.
-        let refused = plan(4, 4, &cluster(&[0, 1, 2], &[3], &[(0, 0), (1, 900), (2, 900), (3, 0)]));
+        // Voters {0, 1, 2}, 2 lagging; promoting caught-up 3 makes four voters with three healthy: fine.
+        let ok = plan(4, 4, &cluster(&[0, 1, 2], &[3], &[(0, 0), (1, 0), (2, 900), (3, 0)]));
+        assert_eq!(ok.step, Some(Step::Promote { id: 3 }));
+        // Voters {0, 1, 2, 3} with 2 and 3 far behind: promoting 4 makes five voters with three
+        // healthy (a majority), but the current four have only two healthy and need three.
+        let refused = plan(5, 5, &cluster(&[0, 1, 2, 3], &[4], &[(0, 0), (1, 0), (2, 900), (3, 900), (4, 0)]));
         assert_eq!(refused.step, None);
-        assert!(refused.refusal.unwrap().starts_with("promoting member 3 would leave 2 of 4 voters caught up"));
+        let refusal = refused.refusal.unwrap();
+        assert!(refusal.starts_with("promoting member 4 is unsafe: the current voters {0, 1, 2, 3} would have 2 healthy"), "{refusal}");
     }
 
     #[test]

@@ -46,9 +46,8 @@ pub struct Context {
     pub client: Client,
     pub recorder: Recorder,
     pub settings: Settings,
-    /// The node admin API; `None` leaves Raft membership alone (the StatefulSet follows
-    /// `spec.replicas` directly).
-    pub admin: Option<Arc<dyn AdminApi>>,
+    /// The node admin API, through which every scale changes Raft membership first.
+    pub admin: Arc<dyn AdminApi>,
     /// How long to wait before looking again while something is in progress.
     pub progress_interval: Duration,
     /// How long to wait before looking again when all is settled.
@@ -56,7 +55,7 @@ pub struct Context {
 }
 
 impl Context {
-    pub fn new(client: Client, recorder: Recorder, settings: Settings, admin: Option<Arc<dyn AdminApi>>) -> Self {
+    pub fn new(client: Client, recorder: Recorder, settings: Settings, admin: Arc<dyn AdminApi>) -> Self {
         Self { client, recorder, settings, admin, progress_interval: Duration::from_secs(5), settled_interval: Duration::from_secs(300) }
     }
 }
@@ -202,10 +201,11 @@ struct Membership {
 }
 
 /// Membership step: how many pods the StatefulSet may have now, and the one membership call that
-/// goes first. Without an admin API or before the StatefulSet exists, the spec is followed.
+/// goes first. Before the StatefulSet exists, the spec is followed (its pods found the cluster).
 async fn scale_membership(ctx: &Context, mcp: &McpServer, target: &Target<'_>, existing: &Existing, cluster_secret: &str) -> Membership {
     let mut rollout = Rollout { initial_members: existing.initial_members(mcp), replicas: mcp.spec.replicas };
-    let (Some(admin), Some(current)) = (&ctx.admin, existing.replicas()) else {
+    let admin = &ctx.admin;
+    let Some(current) = existing.replicas() else {
         return Membership { rollout, cluster: None, note: None };
     };
     let addresses: Vec<(u64, String)> =
@@ -336,7 +336,13 @@ async fn write_status(
     now: Timestamp,
 ) -> Result<Action> {
     let Membership { cluster, note, rollout: _ } = membership;
-    let observed = Observed::from_statefulset(applied, mcp.spec.replicas, note);
+    let mut observed = Observed::from_statefulset(applied, mcp.spec.replicas, note);
+    if let Some((status, _)) = &cluster {
+        // Only the leader's view knows who acknowledges it; a follower's would call all down.
+        if status.leader == Some(status.node_id) {
+            observed.unhealthy_voters = status.voters.iter().filter_map(|id| status.health(*id).err()).collect();
+        }
+    }
     let status = running_status(mcp, target, &observed, cluster.as_ref().map(|(status, _)| status), now);
     patch_status(&ctx.client, mcp, &status).await?;
     let settled = observed.settled() && cluster.as_ref().is_none_or(|(_, plan)| plan.is_done());
@@ -395,6 +401,8 @@ pub struct Observed {
     pub problem: Option<Note>,
     /// A membership step under way, waited for or refused.
     pub membership: Option<Note>,
+    /// Why each voter the leader cannot count on is unhealthy (silent or far behind).
+    pub unhealthy_voters: Vec<String>,
 }
 
 impl Observed {
@@ -404,7 +412,15 @@ impl Observed {
         let seen = status.observed_generation.unwrap_or(0) >= sts.metadata.generation.unwrap_or(0);
         let revisions_match = status.update_revision.is_none() || status.current_revision == status.update_revision;
         let updated = seen && revisions_match && status.updated_replicas.unwrap_or(0) >= spec_replicas && status.replicas == spec_replicas;
-        Self { desired, replicas: status.replicas, ready: status.ready_replicas.unwrap_or(0), updated, problem: None, membership }
+        Self {
+            desired,
+            replicas: status.replicas,
+            ready: status.ready_replicas.unwrap_or(0),
+            updated,
+            problem: None,
+            membership,
+            unhealthy_voters: Vec::new(),
+        }
     }
 
     /// Nothing left to do: all desired pods exist, run the current template and are ready.
@@ -456,6 +472,10 @@ pub fn conditions(o: &Observed, previous: &[Condition], generation: Option<i64>,
         Some(problem) => (true, problem.reason, problem.message.clone()),
         None if o.replicas > 0 && o.ready < quorum && o.updated => {
             (true, "QuorumLost", format!("{}/{} pods ready; a Raft majority needs {quorum}", o.ready, o.replicas))
+        }
+        // Quorum holds but a failure tolerated is a failure spent: say which members are down.
+        None if !o.unhealthy_voters.is_empty() => {
+            (true, "MembersUnhealthy", format!("voters the leader cannot count on: {}", o.unhealthy_voters.join("; ")))
         }
         None => (false, "AsExpected", "no problems".to_string()),
     };

@@ -36,8 +36,6 @@ pub struct Config {
     pub cluster_domain: String,
     /// The operator's namespace and pod labels, for the peer port's NetworkPolicy.
     pub operator: Option<OperatorPods>,
-    /// Drive Raft membership through the node admin API on scale.
-    pub manage_membership: bool,
     /// Timeout of one admin API call.
     pub admin_timeout: Duration,
 }
@@ -95,8 +93,10 @@ pub async fn run(config: Config) -> Result<()> {
     let server = serve_health(config.metrics_listen, metrics.clone(), ready.clone()).await?;
 
     let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
-    let admin: Option<Arc<dyn AdminApi>> =
-        if config.manage_membership { Some(Arc::new(HttpAdmin::new(config.admin_timeout)?)) } else { None };
+    // Always: a StatefulSet scaled without the matching Raft membership changes would delete
+    // voting members' pods and volumes while the group still counts them (5 → 2 loses quorum
+    // for good). There is deliberately no switch to turn this off.
+    let admin: Arc<dyn AdminApi> = Arc::new(HttpAdmin::new(config.admin_timeout)?);
     let settings = Settings { cluster_domain: config.cluster_domain.clone(), operator: config.operator.clone() };
     let ctx = Arc::new(Context::new(client.clone(), Recorder::new(client.clone(), reporter), settings, admin));
 

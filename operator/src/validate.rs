@@ -36,6 +36,12 @@ pub fn problems(mcp: &McpServer) -> Vec<String> {
     if spec.replicas < 1 {
         out.push(format!("spec.replicas is {}, but at least 1 is needed", spec.replicas));
     }
+    if !(15..=3600).contains(&spec.termination_grace_period_seconds) {
+        out.push(format!(
+            "spec.terminationGracePeriodSeconds is {}, but it must be between 15 and 3600",
+            spec.termination_grace_period_seconds
+        ));
+    }
     if spec.image.trim().is_empty() {
         out.push("spec.image is empty; name the switchboard node image".into());
     } else if spec.image.chars().any(char::is_whitespace) {
@@ -165,6 +171,14 @@ mod spec_tests {
         let cases: Vec<(McpServer, &str)> = vec![
             (McpServer::test().replicas(0), "spec.replicas is 0, but at least 1 is needed"),
             (McpServer::test().image(""), "spec.image is empty"),
+            (
+                {
+                    let mut short = McpServer::test();
+                    short.spec.termination_grace_period_seconds = 5;
+                    short
+                },
+                "spec.terminationGracePeriodSeconds is 5, but it must be between 15 and 3600",
+            ),
             (McpServer::test().image("switchboard: latest"), "contains whitespace"),
             (McpServer::test().timeouts("1.5m", "10m", "1h"), r#"spec.timeouts.elicitation: "1.5m" has a fraction"#),
             (McpServer::test().timeouts("5m", "10d", "1h"), r#"spec.timeouts.sampling: "10d" has an unknown unit "d""#),

@@ -1,9 +1,9 @@
 //! The admin API on the peer port (JSON): the replica's view of the cluster, and membership
-//! changes (add a learner, promote it once caught up, remove, join), run on the leader — a
+//! changes (add a learner, promote it once caught up, remove, join) and leadership hand-offs, run on the leader — a
 //! follower passes the call on. The operator and `switchboard cluster` are its clients.
 
 use crate::peer::PeerError;
-use crate::peer::routes::{JOIN, LEARNERS, PROMOTE, REMOVE, STATUS};
+use crate::peer::routes::{JOIN, LEARNERS, PROMOTE, REMOVE, STATUS, TRANSFER_LEADERSHIP};
 use crate::raft::{RaftNode, RaftStoreError};
 use axum::Router;
 use axum::body::Bytes;
@@ -25,6 +25,7 @@ pub fn router(node: Arc<RaftNode>) -> Router {
         .route(LEARNERS, post(add_learner))
         .route(PROMOTE, post(promote))
         .route(REMOVE, post(remove))
+        .route(TRANSFER_LEADERSHIP, post(transfer_leadership))
         .route(JOIN, post(join))
         .with_state(node)
 }
@@ -99,6 +100,10 @@ async fn promote(State(node): State<Arc<RaftNode>>, bytes: Bytes) -> Response {
 
 async fn remove(State(node): State<Arc<RaftNode>>, bytes: Bytes) -> Response {
     membership_call(node, bytes, REMOVE, false, "removed", |node, id, _| async move { node.remove(id).await }).await
+}
+
+async fn transfer_leadership(State(node): State<Arc<RaftNode>>, bytes: Bytes) -> Response {
+    membership_call(node, bytes, TRANSFER_LEADERSHIP, false, "leads", |node, id, _| async move { node.transfer_leadership(id).await }).await
 }
 
 /// Add a node as a learner, wait until it has caught up, then make it a voter.

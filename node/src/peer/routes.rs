@@ -5,6 +5,8 @@
 pub const APPEND: &str = "/raft/append";
 pub const APPEND_STREAM: &str = "/raft/append-stream";
 pub const VOTE: &str = "/raft/vote";
+/// A leader handing over: the named member may start an election at once.
+pub const TRANSFER_LEADER: &str = "/raft/transfer-leader";
 pub const SNAPSHOT: &str = "/raft/snapshot";
 pub const WRITE_STREAM: &str = "/raft/write-stream";
 pub const READ_INDEX: &str = "/raft/read-index";
@@ -12,7 +14,7 @@ pub const READ_INDEX: &str = "/raft/read-index";
 pub const CLOCK: &str = "/raft/clock";
 
 /// The admin API (JSON), shared with the operator.
-pub use switchboard_contract::admin::{JOIN, LEARNERS, PROMOTE, REMOVE, STATUS};
+pub use switchboard_contract::admin::{JOIN, LEARNERS, PROMOTE, REMOVE, STATUS, TRANSFER_LEADERSHIP};
 
 /// What the MCP layer asks of the replica that owns a stream or a request.
 pub const RESUME: &str = "/mcp/resume";

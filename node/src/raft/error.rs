@@ -17,6 +17,13 @@ pub enum RaftStoreError {
     EntryTooLarge { size: usize, limit: usize },
     #[error("storage: {0}")]
     Storage(#[from] std::io::Error),
+    /// The data directory was written under another encryption key (see the `data_key` module).
+    #[error(
+        "data directory {} belongs to encryption key {found}, not this node's {ours}: restore the Secret it was written \
+         with (spec.secretRef), or delete the data (the pod's PersistentVolumeClaim) to start a new cluster",
+        .dir.display()
+    )]
+    ForeignData { dir: std::path::PathBuf, found: String, ours: String },
     #[error("raft stopped: {0}")]
     Fatal(#[source] BoxError),
     #[error("no quorum: {0}")]

@@ -108,6 +108,7 @@ impl RaftNode {
             last_applied_index: m.last_applied.map(|id| id.index),
             replication_lag,
             last_contact_ms,
+            silent_after_ms: self.config.election_timeout.as_millis() as u64,
             pending_mailboxes,
             sessions,
         }
@@ -143,12 +144,58 @@ impl RaftNode {
             .map_err(|e| RaftStoreError::Membership(Box::new(e)))
     }
 
-    /// Remove a member (voter or learner). Never removes the last voter.
+    /// Hand leadership to voter `to` and return once it leads. Refused unless `to` is a healthy
+    /// voter; [`RaftStoreError::Unavailable`] when it has not taken over within three election
+    /// timeouts (it starts its election at once; the wait covers a slow vote).
+    pub async fn transfer_leadership(&self, to: NodeId) -> Result<(), RaftStoreError> {
+        let within = 3 * self.config.election_timeout;
+        let status = self.status();
+        if status.leader == Some(to) {
+            return Ok(());
+        }
+        if !status.voters.contains(&to) {
+            return Err(RaftStoreError::Membership(format!("node {to} is not a voter").into()));
+        }
+        if let Err(why) = status.health(to) {
+            return Err(RaftStoreError::Membership(format!("cannot hand leadership over: {why}").into()));
+        }
+        tracing::info!(to, "handing Raft leadership over");
+        self.raft.trigger().transfer_leader(to).await.map_err(|e| RaftStoreError::Fatal(Box::new(e)))?;
+        self.raft
+            .wait(Some(within))
+            .current_leader(to, "leadership hand-off")
+            .await
+            .map(|_| ())
+            .map_err(|_| RaftStoreError::Unavailable(format!("node {to} did not take over leadership within {within:?}")))
+    }
+
+    /// The voter this leader would hand over to when it stops: healthy, least behind, lowest id
+    /// on a tie. `None` when this node does not lead or no other voter is healthy.
+    pub fn successor(&self) -> Option<NodeId> {
+        let status = self.status();
+        if status.leader != Some(self.id) {
+            return None;
+        }
+        status
+            .voters
+            .iter()
+            .copied()
+            .filter(|v| *v != self.id && status.health(*v).is_ok())
+            .min_by_key(|v| (status.replication_lag.get(v).copied().unwrap_or(u64::MAX), *v))
+    }
+
+    /// Remove a member (voter or learner). Never removes the last voter, nor a voter whose
+    /// removal would leave the old or the new voters without a healthy majority (the joint
+    /// configuration would block every later write: one tolerated failure turned into an outage).
     pub async fn remove(&self, id: NodeId) -> Result<(), RaftStoreError> {
         let status = self.status();
         let change = if status.voters.contains(&id) {
             if status.voters.len() == 1 {
                 return Err(RaftStoreError::Membership(format!("node {id} is the last voter").into()));
+            }
+            let after: BTreeSet<NodeId> = status.voters.iter().copied().filter(|v| *v != id).collect();
+            if let Some(why) = status.voter_change_refusal(&after) {
+                return Err(RaftStoreError::Membership(format!("removing node {id} is unsafe: {why}").into()));
             }
             ChangeMembers::RemoveVoters(BTreeSet::from([id]))
         } else if status.learners.contains(&id) {

@@ -5,7 +5,8 @@
 //!
 //! - [`state_machine`]: the replicated state and its rules, pure; [`clock`]: the time a leader
 //!   stamps into the log, checked against the voters' clocks.
-//! - [`log_store`] and [`sm_store`]: openraft storage (redb log, snapshot files).
+//! - [`log_store`] and [`sm_store`]: openraft storage (redb log, snapshot files); [`data_key`]:
+//!   the encryption key a data directory belongs to.
 //! - [`network`]: openraft's network over the peer port; [`append_stream`]: pipelined
 //!   replication given a Raft handle; [`snapshot_stream`]: snapshots sent in pieces;
 //!   [`forwarder`]: followers' writes to the leader, served given only the leader's write.
@@ -18,6 +19,7 @@
 pub mod append_stream;
 pub mod clock;
 pub mod config;
+pub mod data_key;
 pub mod error;
 pub mod forwarder;
 pub mod log_store;

@@ -4,14 +4,17 @@
 
 use super::types::{Snapshot, TypeConfig, Vote};
 use super::{append_stream, snapshot_stream};
-use crate::peer::routes::{APPEND, VOTE};
+use crate::peer::routes::{APPEND, TRANSFER_LEADER, VOTE};
 use crate::peer::{MIN_RPC_TIMEOUT, PeerClient, PeerError};
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use openraft::BasicNode;
 use openraft::errors::{NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, v2::RaftNetworkV2};
-use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendResult, VoteRequest, VoteResponse};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendResult, TransferLeaderRequest, TransferLeaderResponse,
+    VoteRequest, VoteResponse,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::future::Future;
@@ -91,6 +94,15 @@ impl RaftNetworkV2<TypeConfig> for Connection {
 
     async fn vote(&mut self, rpc: VoteRequest<TypeConfig>, option: RPCOption) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
         self.call(VOTE, &rpc, option.hard_ttl().max(MIN_RPC_TIMEOUT)).await
+    }
+
+    /// Without it a leader stepping down leaves its followers to wait out the election timeout.
+    async fn transfer_leader(
+        &mut self,
+        rpc: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call(TRANSFER_LEADER, &rpc, option.hard_ttl().max(MIN_RPC_TIMEOUT)).await
     }
 
     async fn full_snapshot(

@@ -28,7 +28,7 @@ use openraft::async_runtime::WatchReceiver;
 use openraft::errors::{ClientWriteError, RaftError};
 use openraft::{Config, Instant as _, ReadPolicy, ServerState, SnapshotPolicy};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Replication batches a follower may have unanswered: enough to keep it busy while the
@@ -48,6 +48,9 @@ pub struct RaftNode {
     pub(super) metrics: Arc<Metrics>,
     /// Tasks that end with the member: the ticker and the peer streams it serves.
     pub tasks: TaskSet,
+    /// Since it started, this member once applied everything the leader had committed
+    /// (see [`RaftNode::readiness`]).
+    caught_up: AtomicBool,
 }
 
 impl RaftNode {
@@ -69,6 +72,9 @@ impl RaftNode {
             ..Default::default()
         }
         .validate()?;
+        if let Some(fingerprint) = &config.key_fingerprint {
+            super::data_key::claim(&config.data_dir, fingerprint)?;
+        }
         let log_store = LogStore::open(&config.data_dir)?.batch_budget(config.replication_batch_bytes);
         let sm = StateMachineStore::open(&config.data_dir)?;
         let client = PeerClient::new(config.secret.clone(), config.source_ip, config.key_fingerprint.clone());
@@ -92,6 +98,7 @@ impl RaftNode {
             clock: LeaderClock::default(),
             metrics,
             tasks: TaskSet::default(),
+            caught_up: AtomicBool::new(false),
             config,
         });
         node.spawn_background();
@@ -149,8 +156,40 @@ impl RaftNode {
 
     /// Whether this member should take client traffic, and if not, why: it must have heard
     /// from a quorum within [`RaftNodeConfig::ready_within`] (see [`readiness`]).
+    ///
+    /// After a start it must also have caught up once: applied everything the leader had
+    /// committed when asked. A restarted follower that turned ready earlier would let a rolling
+    /// update stop the next pod while this one cannot yet count towards commits.
     pub async fn readiness(&self) -> Result<(), NotReady> {
-        readiness::decide(&self.view().await, self.config.ready_within())
+        readiness::decide(&self.view().await, self.config.ready_within())?;
+        self.caught_up_since_start().await
+    }
+
+    async fn caught_up_since_start(&self) -> Result<(), NotReady> {
+        if self.caught_up.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let leader_index = match self.leader() {
+            Some((id, _)) if id == self.id => None,
+            Some((_, addr)) => {
+                let reply = self.client.rpc::<_, ReadIndexReply>(&addr, READ_INDEX, &(), self.config.election_timeout).await;
+                match reply {
+                    Ok(Ok(index)) => Some(index),
+                    Ok(Err(refusal)) => return Err(NotReady::CatchingUp(format!("the leader gave no read index: {refusal}"))),
+                    Err(e) => return Err(NotReady::CatchingUp(format!("the leader gave no read index: {e}"))),
+                }
+            }
+            None => return Err(NotReady::NoLeader),
+        };
+        let applied = self.raft.metrics().borrow_watched().last_applied.map_or(0, |id| id.index);
+        match leader_index {
+            Some(index) if applied < index => Err(NotReady::CatchingUp(format!("applied {applied} of the leader's {index}"))),
+            _ => {
+                self.caught_up.store(true, Ordering::Release);
+                tracing::info!(applied, "caught up with the leader");
+                Ok(())
+            }
+        }
     }
 
     pub async fn is_ready(&self) -> bool {

@@ -37,6 +37,8 @@ pub enum NotReady {
     NoQuorum(Option<Duration>),
     #[error("no contact with the Raft leader {leader}: {}", silence(.since))]
     LeaderSilent { leader: NodeId, since: Option<Duration> },
+    #[error("catching up with the leader: {0}")]
+    CatchingUp(String),
 }
 
 fn silence(since: &Option<Duration>) -> String {

@@ -1,4 +1,4 @@
-//! The Raft routes of the peer port: votes, appends, and the replication, snapshot and
+//! The Raft routes of the peer port: votes, leadership hand-offs, appends, and the replication, snapshot and
 //! forwarded-write streams, plus the leader's read index. Bodies are MessagePack; one that does
 //! not decode is answered 400 and touches nothing. Authentication wraps every peer route
 //! (see [`crate::peer::authenticated`]).
@@ -6,14 +6,15 @@
 use super::messages::ReadIndexReply;
 use super::types::{TypeConfig, decode, encode};
 use super::{RaftNode, append_stream, forwarder, snapshot_stream};
-use crate::peer::routes::{APPEND, APPEND_STREAM, CLOCK, READ_INDEX, SNAPSHOT, VOTE, WRITE_STREAM};
+use crate::peer::routes::{APPEND, APPEND_STREAM, CLOCK, READ_INDEX, SNAPSHOT, TRANSFER_LEADER, VOTE, WRITE_STREAM};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use openraft::raft::{AppendEntriesRequest, VoteRequest};
+use openraft::errors::RaftError;
+use openraft::raft::{AppendEntriesRequest, TransferLeaderRequest, VoteRequest};
 use std::sync::Arc;
 
 /// The Raft routes of `node`.
@@ -22,6 +23,7 @@ pub fn router(node: Arc<RaftNode>) -> Router {
         .route(APPEND, post(append))
         .route(APPEND_STREAM, post(append_stream))
         .route(VOTE, post(vote))
+        .route(TRANSFER_LEADER, post(transfer_leader))
         .route(SNAPSHOT, post(snapshot))
         .route(WRITE_STREAM, post(write_stream))
         .route(READ_INDEX, post(read_index))
@@ -60,6 +62,14 @@ async fn vote(State(node): Node, bytes: Bytes) -> Response {
         Err(r) => return r,
     };
     msgpack(&node.raft.vote(rpc).await)
+}
+
+async fn transfer_leader(State(node): Node, bytes: Bytes) -> Response {
+    let rpc: TransferLeaderRequest<TypeConfig> = match body(&bytes, "transfer-leader request") {
+        Ok(rpc) => rpc,
+        Err(r) => return r,
+    };
+    msgpack(&node.raft.handle_transfer_leader(rpc).await.map_err(RaftError::<TypeConfig>::Fatal))
 }
 
 /// Switch to a stream carrying one snapshot in pieces (see [`snapshot_stream`]).

@@ -96,6 +96,7 @@ impl ServerBuilder {
                     elicitation_timeout: self.config.elicitation_timeout,
                     sampling_timeout: self.config.sampling_timeout,
                     announcements,
+                    stopping: Default::default(),
                 }),
                 instructions: self.instructions,
                 config: self.config,

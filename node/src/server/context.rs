@@ -44,6 +44,8 @@ pub enum ClientRequestError {
     Cancelled,
     #[error("the client's stream is closed")]
     ClientGone,
+    #[error("the server replica running this call is shutting down before the answer came; call the tool again")]
+    NodeStopping,
     #[error(transparent)]
     Mailbox(#[from] MailboxError),
 }
@@ -336,7 +338,10 @@ impl RequestContext {
             request.insert("params".into(), params);
             JsonText::from(&Value::Object(request))
         };
-        let answer = call.ask(key, kind, request).await;
+        let answer = tokio::select! {
+            answer = call.ask(key, kind, request) => answer,
+            () = self.scope.rendezvous.stopping.cancelled() => return Err(ClientRequestError::NodeStopping),
+        };
         self.scope.rendezvous.metrics.observe_wait(kind, started.elapsed());
         match answer {
             Ok(answer) => Ok(answer),
@@ -373,6 +378,13 @@ impl RequestContext {
             _ = self.scope.cancel.cancelled() => {
                 server.mailbox.delete(&key).await?;
                 return Err(ClientRequestError::Cancelled);
+            }
+            () = server.stopping.cancelled() => {
+                let reason = "the server replica running this call is shutting down";
+                let _ = self.send(Message::notification("notifications/cancelled", json!({"requestId": id, "reason": reason})));
+                // A late answer is told the request is gone rather than parked for no one.
+                server.mailbox.delete(&key).await?;
+                return Err(ClientRequestError::NodeStopping);
             }
         };
         server.metrics.observe_wait(kind, started.elapsed());

@@ -10,6 +10,7 @@ use crate::protocol::types::RequestKind;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 pub(crate) struct Rendezvous {
     /// The node that owns the calls parked here (sealed into their ids).
@@ -22,6 +23,9 @@ pub(crate) struct Rendezvous {
     /// Notices handlers announce (a list they changed); the server publishes them to every
     /// replica's streams.
     pub(crate) announcements: mpsc::UnboundedSender<Notice>,
+    /// Cancelled when this node stops with calls still parked (see [`super::Server::drain`]):
+    /// each ends with [`super::ClientRequestError::NodeStopping`] instead of waiting on.
+    pub(crate) stopping: CancellationToken,
 }
 
 impl Rendezvous {

@@ -12,7 +12,13 @@ use crate::session::{SessionId, SessionRecord};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+
+/// How often a drain looks whether the running requests have ended.
+const DRAIN_POLL: Duration = Duration::from_millis(20);
+/// How long the calls a drain ended get to send their error responses.
+const DRAIN_FLUSH: Duration = Duration::from_secs(2);
 
 /// A running request's places under the session's and the node's limits, given back when the
 /// request's task ends (this is dropped with it, however it ends).
@@ -165,6 +171,34 @@ impl Server {
 }
 
 impl Server {
+    /// Requests running on this node, parked ones included.
+    pub fn running_requests(&self) -> usize {
+        self.inner.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Let the running requests end before this node stops: wait up to `grace` for them (new
+    /// ones are still taken meanwhile: the load balancer needs a moment to notice this replica
+    /// is not ready), then end every call still parked with
+    /// [`ClientRequestError::NodeStopping`](super::ClientRequestError::NodeStopping) (its
+    /// client gets that error, not a hang) and give their responses a moment to go out.
+    /// Returns how many requests were still running at the end of `grace`.
+    pub async fn drain(&self, grace: Duration) -> usize {
+        let deadline = Instant::now() + grace;
+        while self.running_requests() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(DRAIN_POLL).await;
+        }
+        let left = self.running_requests();
+        if left > 0 {
+            tracing::warn!(left, grace_ms = grace.as_millis() as u64, "calls still running when the drain ran out; ending them");
+            self.inner.rendezvous.stopping.cancel();
+            let flushed = Instant::now() + DRAIN_FLUSH;
+            while self.running_requests() > 0 && Instant::now() < flushed {
+                tokio::time::sleep(DRAIN_POLL).await;
+            }
+        }
+        left
+    }
+
     pub(super) fn node_place(&self) -> Result<NodePlace, Refused> {
         let max = self.inner.config.max_requests_per_node;
         let taken = self.inner.in_flight.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1));

@@ -82,6 +82,7 @@ pub const RESERVED_ENV: &[&str] = &[
     env::SESSION_TTL,
     env::HEARTBEAT_INTERVAL,
     env::ELECTION_TIMEOUT,
+    env::DRAIN_TIMEOUT,
     env::ALLOWED_HOSTS,
     env::ALLOWED_ORIGINS,
 ];

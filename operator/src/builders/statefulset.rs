@@ -100,6 +100,7 @@ pub fn container_env(target: &Target, settings: &Settings, rollout: Rollout) -> 
         env_from_config(target, env::SESSION_TTL, config::SESSION_TTL),
         env_from_config(target, env::HEARTBEAT_INTERVAL, config::HEARTBEAT_INTERVAL),
         env_from_config(target, env::ELECTION_TIMEOUT, config::ELECTION_TIMEOUT),
+        var(env::DRAIN_TIMEOUT, format!("{}s", drain_seconds(target))),
         var(env::ALLOWED_HOSTS, allowed_hosts_flag(target, settings)),
         var(env::LOG_FORMAT, "json"),
     ];
@@ -108,6 +109,11 @@ pub fn container_env(target: &Target, settings: &Settings, rollout: Rollout) -> 
     }
     vars.extend(target.mcp.spec.env.iter().cloned());
     vars
+}
+
+/// The share of the termination grace period a stopping node gives its running calls.
+pub fn drain_seconds(target: &Target) -> i64 {
+    (target.mcp.spec.termination_grace_period_seconds - crate::crd::STOP_MARGIN_SECONDS).max(5)
 }
 
 fn probe(path: &str, period: i32, failures: i32) -> Probe {
@@ -203,7 +209,7 @@ pub fn pod_template(target: &Target, settings: &Settings, rollout: Rollout) -> P
                 seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), localhost_profile: None }),
                 ..PodSecurityContext::default()
             }),
-            termination_grace_period_seconds: Some(30),
+            termination_grace_period_seconds: Some(target.mcp.spec.termination_grace_period_seconds),
             volumes: Some(vec![
                 Volume {
                     name: "secret".into(),

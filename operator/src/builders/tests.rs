@@ -105,6 +105,9 @@ fn statefulset_defaults() {
     assert!(claim["spec"].get("storageClassName").is_none());
     assert_eq!(spec["template"]["metadata"]["labels"]["app.kubernetes.io/instance"], "demo");
     assert_eq!(spec["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION].as_str().unwrap().len(), 16);
+    // A stopping pod drains for all but the last 10 seconds of its grace period.
+    assert_eq!(spec["template"]["spec"]["terminationGracePeriodSeconds"], 60);
+    assert_eq!(literal(&container(&McpServer::test()), "SWITCHBOARD_DRAIN_TIMEOUT"), "50s");
 }
 
 #[test]
@@ -270,12 +273,14 @@ fn every_field_set_reaches_the_statefulset() {
     );
     assert!(pod["affinity"].get("podAntiAffinity").is_none(), "the spec's affinity replaces the default");
     assert_eq!(pod["volumes"][0]["secret"]["secretName"], "mcp-keys");
+    assert_eq!(pod["terminationGracePeriodSeconds"], 330);
 
     let c = container(&mcp);
     assert_eq!(c.image.as_deref(), Some("registry.example/switchboard:1.2.3"));
     assert_eq!(c.image_pull_policy.as_deref(), Some("Always"));
     let resources = serde_json::to_value(c.resources.as_ref().unwrap()).unwrap();
     assert_eq!(resources, json!({"requests": {"cpu": "250m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}));
+    assert_eq!(literal(&c, "SWITCHBOARD_DRAIN_TIMEOUT"), "320s");
     assert_eq!(literal(&c, "SWITCHBOARD_PEERS").split(',').count(), 5);
     assert!(literal(&c, "SWITCHBOARD_PEERS").starts_with("0=full-0.full-peers.prod.svc.cluster.local:7070,"));
     // The user's variables come last, after the operator's.

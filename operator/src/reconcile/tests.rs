@@ -57,7 +57,7 @@ fn config_hash_of(fake: &FakeApi) -> String {
 
 #[tokio::test]
 async fn create_applies_every_child_with_server_side_apply_then_writes_status() {
-    let (ctx, fake) = Context::test(None);
+    let (ctx, fake) = Context::test(RecordedAdmin::formed("demo", 3));
     let mcp = McpServer::test();
     store(&fake, &mcp);
 
@@ -111,7 +111,7 @@ async fn create_applies_every_child_with_server_side_apply_then_writes_status() 
 
 #[tokio::test]
 async fn a_settled_cluster_is_ready_and_looked_at_less_often() {
-    let (ctx, fake) = Context::test(None);
+    let (ctx, fake) = Context::test(RecordedAdmin::formed("demo", 3));
     let mcp = McpServer::test();
     store(&fake, &mcp);
     reconcile(Arc::new(mcp.clone()), ctx.clone()).await.unwrap();
@@ -133,7 +133,7 @@ async fn a_settled_cluster_is_ready_and_looked_at_less_often() {
 
 #[tokio::test]
 async fn an_existing_secret_is_never_replaced() {
-    let (ctx, fake) = Context::test(None);
+    let (ctx, fake) = Context::test(RecordedAdmin::formed("demo", 3));
     let mcp = McpServer::test();
     store(&fake, &mcp);
     let original = json!({
@@ -153,7 +153,7 @@ async fn an_existing_secret_is_never_replaced() {
 
 #[tokio::test]
 async fn a_missing_referenced_secret_blocks_the_rollout_with_a_condition() {
-    let (ctx, fake) = Context::test(None);
+    let (ctx, fake) = Context::test(RecordedAdmin::formed("demo", 3));
     let mcp = McpServer::test().secret_ref("mcp-keys");
     store(&fake, &mcp);
 
@@ -184,7 +184,7 @@ async fn a_missing_referenced_secret_blocks_the_rollout_with_a_condition() {
 
 #[tokio::test]
 async fn an_incomplete_referenced_secret_is_reported() {
-    let (ctx, fake) = Context::test(None);
+    let (ctx, fake) = Context::test(RecordedAdmin::formed("demo", 3));
     let mcp = McpServer::test().secret_ref("mcp-keys");
     store(&fake, &mcp);
     fake.put(
@@ -198,7 +198,7 @@ async fn an_incomplete_referenced_secret_is_reported() {
 
 #[tokio::test]
 async fn an_invalid_spec_applies_nothing_and_says_why() {
-    let (ctx, fake) = Context::test(None);
+    let (ctx, fake) = Context::test(RecordedAdmin::formed("demo", 3));
     let mcp = McpServer::test().timeouts("1.5m", "10m", "1h");
     store(&fake, &mcp);
 
@@ -218,7 +218,7 @@ async fn an_invalid_spec_applies_nothing_and_says_why() {
 
 #[tokio::test]
 async fn a_timeout_change_changes_the_config_hash_and_rolls_the_pods() {
-    let (ctx, fake) = Context::test(None);
+    let (ctx, fake) = Context::test(RecordedAdmin::formed("demo", 3));
     let mcp = McpServer::test();
     store(&fake, &mcp);
     reconcile(Arc::new(mcp.clone()), ctx.clone()).await.unwrap();
@@ -245,7 +245,7 @@ async fn a_timeout_change_changes_the_config_hash_and_rolls_the_pods() {
 
 #[tokio::test]
 async fn api_errors_are_returned_so_the_controller_requeues() {
-    let (ctx, fake) = Context::test(None);
+    let (ctx, fake) = Context::test(RecordedAdmin::formed("demo", 3));
     let mcp = McpServer::test();
     store(&fake, &mcp);
     fake.fail(Method::PATCH, STS, 500);
@@ -258,7 +258,7 @@ async fn api_errors_are_returned_so_the_controller_requeues() {
 
 #[tokio::test]
 async fn an_object_without_namespace_is_an_error() {
-    let (ctx, _fake) = Context::test(None);
+    let (ctx, _fake) = Context::test(RecordedAdmin::formed("demo", 3));
     let mut mcp = McpServer::test();
     mcp.metadata.namespace = None;
     assert!(matches!(reconcile(Arc::new(mcp), ctx).await, Err(Error::MissingObjectKey(_))));
@@ -283,7 +283,7 @@ async fn drive(ctx: &Arc<Context>, fake: &FakeApi, mcp: &McpServer, max: usize) 
 /// A 3-member cluster, created and settled, with a recorded admin API.
 async fn formed() -> (Arc<Context>, FakeApi, Arc<RecordedAdmin>, McpServer) {
     let admin = RecordedAdmin::formed("demo", 3);
-    let (ctx, fake) = Context::test(Some(admin.clone()));
+    let (ctx, fake) = Context::test(admin.clone());
     let mcp = McpServer::test();
     store(&fake, &mcp);
     reconcile(Arc::new(mcp.clone()), ctx.clone()).await.unwrap();
@@ -343,7 +343,7 @@ async fn a_lagging_learner_is_not_promoted_and_the_wait_shows_in_progressing() {
     let now = stored(&fake, &scaled);
     let progressing = condition(&now, "Progressing");
     assert_eq!(progressing.status, "True");
-    assert_eq!(progressing.message, "waiting for member 3 to catch up (lag 5000)");
+    assert_eq!(progressing.message, "waiting for member 3: 5000 entries behind");
     let roles: Vec<(u64, MemberRole)> = now.status.as_ref().unwrap().members.iter().map(|m| (m.id, m.role)).collect();
     assert_eq!(roles.last(), Some(&(3, MemberRole::Learner)));
 }
@@ -351,7 +351,7 @@ async fn a_lagging_learner_is_not_promoted_and_the_wait_shows_in_progressing() {
 #[tokio::test]
 async fn scale_down_removes_members_highest_first_before_their_pods_go() {
     let admin = RecordedAdmin::formed("demo", 5);
-    let (ctx, fake) = Context::test(Some(admin.clone()));
+    let (ctx, fake) = Context::test(admin.clone());
     let mcp = McpServer::test().replicas(5);
     store(&fake, &mcp);
     reconcile(Arc::new(mcp.clone()), ctx.clone()).await.unwrap();
@@ -380,9 +380,9 @@ async fn scale_down_removes_members_highest_first_before_their_pods_go() {
 #[tokio::test]
 async fn a_scale_down_that_would_lose_quorum_is_refused_visibly() {
     let admin = RecordedAdmin::formed("demo", 3);
-    // Only the leader is caught up.
-    admin.cluster.lock().unwrap().replication_lag = [(0, 0)].into();
-    let (ctx, fake) = Context::test(Some(admin.clone()));
+    // The worked case: an idle cluster (every lag 0) whose node 1 died a minute ago.
+    admin.cluster.lock().unwrap().last_contact_ms.insert(1, 60_000);
+    let (ctx, fake) = Context::test(admin.clone());
     let mcp = McpServer::test();
     store(&fake, &mcp);
     reconcile(Arc::new(mcp.clone()), ctx.clone()).await.unwrap();
@@ -398,7 +398,14 @@ async fn a_scale_down_that_would_lose_quorum_is_refused_visibly() {
     let now = stored(&fake, &smaller);
     let progressing = condition(&now, "Progressing");
     assert_eq!(progressing.reason, "ScaleRefused");
-    assert_eq!(progressing.message, "removing member 2 would leave 1 of 2 voters caught up; a majority needs 2");
+    assert_eq!(
+        progressing.message,
+        "removing member 2 is unsafe: the new voters {0, 1} would have 1 healthy, and a majority needs 2 \
+         (member 1: last heard 60000 ms ago)"
+    );
+    let degraded = condition(&now, "Degraded");
+    assert_eq!((degraded.status.as_str(), degraded.reason.as_str()), ("True", "MembersUnhealthy"));
+    assert_eq!(degraded.message, "voters the leader cannot count on: member 1: last heard 60000 ms ago");
 }
 
 #[tokio::test]
@@ -427,7 +434,7 @@ async fn a_refused_membership_call_is_reported_and_the_children_still_applied() 
 #[tokio::test]
 async fn when_no_member_answers_the_statefulset_is_held() {
     let admin = RecordedAdmin::formed("demo", 3);
-    let (ctx, fake) = Context::test(Some(admin.clone()));
+    let (ctx, fake) = Context::test(admin.clone());
     let mcp = McpServer::test();
     store(&fake, &mcp);
     reconcile(Arc::new(mcp.clone()), ctx.clone()).await.unwrap();
