@@ -30,6 +30,10 @@ pub const TASK_POLL_INTERVAL: &str = "SWITCHBOARD_TASK_POLL_INTERVAL";
 pub const MAX_TASKS: &str = "SWITCHBOARD_MAX_TASKS";
 /// `--task-owner-timeout`: how long the node running a task may be silent before it fails.
 pub const TASK_OWNER_TIMEOUT: &str = "SWITCHBOARD_TASK_OWNER_TIMEOUT";
+/// `--previous-cluster-secret-file`: a cluster secret also accepted during a rotation.
+pub const PREVIOUS_CLUSTER_SECRET_FILE: &str = "SWITCHBOARD_PREVIOUS_CLUSTER_SECRET_FILE";
+/// `--previous-encryption-key-file`: an id-encryption key also accepted during a rotation.
+pub const PREVIOUS_ENCRYPTION_KEY_FILE: &str = "SWITCHBOARD_PREVIOUS_ENCRYPTION_KEY_FILE";
 /// `--drain-timeout`: on SIGTERM, how long running calls get to finish.
 pub const DRAIN_TIMEOUT: &str = "SWITCHBOARD_DRAIN_TIMEOUT";
 /// `--log-format`: `text` or `json` on stderr.
@@ -117,6 +121,8 @@ pub const SERVE: &[&str] = &[
     JOIN,
     CLUSTER_SECRET_FILE,
     ENCRYPTION_KEY_FILE,
+    PREVIOUS_CLUSTER_SECRET_FILE,
+    PREVIOUS_ENCRYPTION_KEY_FILE,
     HEARTBEAT_INTERVAL,
     ELECTION_TIMEOUT,
     MAX_ENTRY_BYTES,
@@ -135,7 +141,7 @@ mod tests {
     fn serve_lists_each_flag_once_with_the_prefix() {
         let unique: BTreeSet<&str> = SERVE.iter().copied().collect();
         assert_eq!(unique.len(), SERVE.len(), "a name is listed twice");
-        assert_eq!(SERVE.len(), 38);
+        assert_eq!(SERVE.len(), 40);
         for name in SERVE {
             assert!(name.starts_with("SWITCHBOARD_") && name[12..].chars().all(|c| c.is_ascii_uppercase() || c == '_'), "{name}");
         }

@@ -233,6 +233,14 @@ pub struct ServeArgs {
     /// replica must share it (required with --peers/--join).
     #[arg(long, env = env::ENCRYPTION_KEY_FILE)]
     pub encryption_key_file: Option<PathBuf>,
+    /// A cluster secret also accepted from peers while a rotation is under way (never sent).
+    /// A missing or empty file means none, so a Secret without the key can be mounted as is.
+    #[arg(long, env = env::PREVIOUS_CLUSTER_SECRET_FILE)]
+    pub previous_cluster_secret_file: Option<PathBuf>,
+    /// An id-encryption key whose ids, request states and data are also accepted while a
+    /// rotation is under way (nothing is sealed with it). Missing or empty: none.
+    #[arg(long, env = env::PREVIOUS_ENCRYPTION_KEY_FILE)]
+    pub previous_encryption_key_file: Option<PathBuf>,
     /// Raft heartbeat interval.
     #[arg(long, env = env::HEARTBEAT_INTERVAL, value_parser = parse_duration, default_value = "100ms")]
     pub heartbeat_interval: Duration,
@@ -350,6 +358,16 @@ fn server_builder(common: &CommonArgs, node_id: u64, sealer: Arc<IdSealer>) -> S
 }
 
 /// A secret from a file (trimmed); refuses an empty one.
+/// The contents of a `--previous-*-file`: `None` when the file is missing or blank (a rotation
+/// is not under way), an error when it cannot be read.
+fn read_optional(path: &PathBuf) -> Result<Option<String>, CliError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text.trim().to_string()).filter(|t| !t.is_empty())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(CliError::ReadFile { path: path.clone(), source }),
+    }
+}
+
 pub fn read_secret(path: &PathBuf) -> Result<String, CliError> {
     let text = std::fs::read_to_string(path).map_err(|source| CliError::ReadFile { path: path.clone(), source })?;
     let secret = text.trim().to_string();
@@ -384,6 +402,10 @@ fn raft_config(args: &ServeArgs, node_id: u64) -> Result<RaftNodeConfig, CliErro
         (None, Membership::Single) => format!("{:032x}", rand::random::<u128>()),
         (None, _) => return Err(CliError::Config("--cluster-secret-file is required with --peers or --join".into())),
     };
+    let previous_secret = match &args.previous_cluster_secret_file {
+        Some(path) => read_optional(path)?,
+        None => None,
+    };
     let advertise = match &args.advertise_peer {
         Some(a) => a.clone(),
         None => match &membership {
@@ -400,6 +422,7 @@ fn raft_config(args: &ServeArgs, node_id: u64) -> Result<RaftNodeConfig, CliErro
     }
     let mut config = RaftNodeConfig::new(node_id, args.data_dir.clone(), advertise, secret);
     config.membership = membership;
+    config.previous_secret = previous_secret;
     config.heartbeat = args.heartbeat_interval;
     config.election_timeout = args.election_timeout;
     config.session_ttl = args.common.session_ttl;
@@ -451,11 +474,25 @@ async fn serve(args: ServeArgs) -> Result<(), CliError> {
         // A lone node: ids only ever come back to this process.
         None => IdSealer::random(),
     };
+    let previous_key = match &args.previous_encryption_key_file {
+        Some(path) => read_optional(path)?
+            .map(|text| IdSealer::from_text(&text).map_err(|e| CliError::Config(format!("{}: {e}", path.display()))))
+            .transpose()?,
+        None => None,
+    };
+    let sealer = match previous_key {
+        Some(previous) => {
+            tracing::info!(current = %sealer.key_fingerprint(), previous = %previous.key_fingerprint(), "id-encryption key rotation: accepting the previous key too");
+            sealer.with_previous(previous)
+        }
+        None => sealer,
+    };
     let store = match args.store {
         StoreKind::Memory => Store::Memory { session_ttl: args.common.session_ttl },
         StoreKind::Raft => {
             let mut config = raft_config(&args, node_id)?;
             config.key_fingerprint = Some(sealer.key_fingerprint());
+            config.previous_key_fingerprint = sealer.previous_key_fingerprint();
             let peer_listener = bind(args.peer_listen).await?;
             tracing::info!(node_id, peer = %peer_listener.local_addr()?, advertise = %config.advertise, data_dir = %config.data_dir.display(), "starting Raft member");
             Store::Raft { config, peer_listener }

@@ -335,3 +335,24 @@ async fn data_written_under_another_key_is_refused_at_start_and_kept() {
     assert!(cluster.node(0).status().last_log_index >= written);
     cluster.stop_all().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn during_a_rotation_the_previous_secret_and_key_are_accepted_but_nothing_older() {
+    let mut cluster = TestCluster::start_with(1, |c| {
+        c.key_fingerprint = Some("bbbb".into());
+        c.previous_key_fingerprint = Some("aaaa".into());
+        c.previous_secret = Some("the-previous-secret".into());
+    })
+    .await;
+    let addr = cluster.members[0].as_ref().unwrap().peer_addr;
+    let http = reqwest::Client::new();
+    let status = |secret: &'static str, fp: &'static str| {
+        http.get(format!("http://{addr}/admin/status")).bearer_auth(secret).header("x-switchboard-key", fp).send()
+    };
+    assert_eq!(status(SECRET, "bbbb").await.unwrap().status(), 200);
+    assert_eq!(status(SECRET, "aaaa").await.unwrap().status(), 200, "the previous key");
+    assert_eq!(status("the-previous-secret", "bbbb").await.unwrap().status(), 200, "the previous secret");
+    assert_eq!(status(SECRET, "cccc").await.unwrap().status(), 403, "another key");
+    assert_eq!(status("an-older-secret", "bbbb").await.unwrap().status(), 401, "another secret");
+    cluster.stop_all().await;
+}

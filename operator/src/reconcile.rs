@@ -32,8 +32,8 @@ use serde_json::json;
 use switchboard_contract::admin::ClusterStatus;
 
 use crate::builders::{
-    CLUSTER_SECRET_KEY, CONFIG_HASH_ANNOTATION, Children, ENCRYPTION_KEY_KEY, INITIAL_MEMBERS_ANNOTATION, Rollout, SecretMaterial,
-    Settings, Target, config,
+    CLUSTER_SECRET_KEY, CONFIG_HASH_ANNOTATION, Children, ENCRYPTION_KEY_KEY, INITIAL_MEMBERS_ANNOTATION, Rollout, SECRET_HASH_ANNOTATION,
+    SecretMaterial, Settings, Target, config,
 };
 #[cfg(test)]
 use crate::crd::MemberRole;
@@ -78,6 +78,7 @@ pub async fn reconcile(mcp: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action>
         Ok(secret) => secret,
         Err(problem) => return wait_for_secret(&ctx, &mcp, &target, &existing, problem, now).await,
     };
+    let target = target.with_secret_hash(secret.hash());
     let membership = scale_membership(&ctx, &mcp, &target, &existing, secret.cluster_secret()).await;
     let children = Children::build(&target, &ctx.settings, membership.rollout, secret.to_generate());
     let applied = apply_children(&ctx, &mcp, &target, children).await?;
@@ -130,14 +131,18 @@ impl Existing {
     }
 
     fn config_hash(&self) -> Option<String> {
-        self.statefulset.as_ref()?.spec.as_ref()?.template.metadata.as_ref()?.annotations.as_ref()?.get(CONFIG_HASH_ANNOTATION).cloned()
+        self.template_annotation(CONFIG_HASH_ANNOTATION)
+    }
+
+    fn template_annotation(&self, key: &str) -> Option<String> {
+        self.statefulset.as_ref()?.spec.as_ref()?.template.metadata.as_ref()?.annotations.as_ref()?.get(key).cloned()
     }
 }
 
 /// The Secret the pods mount, as the secret step found it.
 enum PodSecret {
-    /// It exists and holds both keys.
-    Present { cluster_secret: String },
+    /// It exists and holds both keys; `hash` is [`config::secret_hash`] of what the pods read.
+    Present { cluster_secret: String, hash: String },
     /// It does not exist and the spec references none: the apply step creates it from this.
     ToGenerate(SecretMaterial),
 }
@@ -146,8 +151,16 @@ impl PodSecret {
     /// The secret every admin call carries.
     fn cluster_secret(&self) -> &str {
         match self {
-            PodSecret::Present { cluster_secret } => cluster_secret,
+            PodSecret::Present { cluster_secret, .. } => cluster_secret,
             PodSecret::ToGenerate(material) => &material.cluster_secret,
+        }
+    }
+
+    /// What the pods will read, hashed: a change of it rolls them.
+    fn hash(&self) -> String {
+        match self {
+            PodSecret::Present { hash, .. } => hash.clone(),
+            PodSecret::ToGenerate(material) => material.hash(),
         }
     }
 
@@ -167,7 +180,7 @@ async fn read_secret(ctx: &Context, mcp: &McpServer, target: &Target<'_>) -> Res
     let name = target.secret_name();
     if let Some(found) = secrets.get_opt(&name).await? {
         return Ok(secret_keys(&found)
-            .map(|cluster_secret| PodSecret::Present { cluster_secret })
+            .map(|cluster_secret| PodSecret::Present { cluster_secret, hash: config::secret_hash(|key| secret_value(&found, key)) })
             .map_err(|missing| Note::new("SecretMissing", format!("Secret {name} has no {missing} key"))));
     }
     if mcp.spec.secret_ref.is_some() {
@@ -176,15 +189,20 @@ async fn read_secret(ctx: &Context, mcp: &McpServer, target: &Target<'_>) -> Res
     Ok(Ok(PodSecret::ToGenerate(SecretMaterial::generate())))
 }
 
+/// The raw value of `key` in a Secret (`data`, else `stringData`).
+fn secret_value(secret: &Secret, key: &str) -> Option<Vec<u8>> {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| b.0.clone())
+        .or_else(|| secret.string_data.as_ref()?.get(key).map(|s| s.clone().into_bytes()))
+}
+
 /// The cluster secret of a Secret that has both keys, or the name of the missing key.
 fn secret_keys(secret: &Secret) -> Result<String, &'static str> {
-    let data = secret.data.clone().unwrap_or_default();
     let value = |key: &'static str| {
-        data.get(key)
-            .map(|b| String::from_utf8_lossy(&b.0).trim().to_string())
-            .or_else(|| secret.string_data.as_ref()?.get(key).map(|s| s.trim().to_string()))
-            .filter(|s| !s.is_empty())
-            .ok_or(key)
+        secret_value(secret, key).map(|v| String::from_utf8_lossy(&v).trim().to_string()).filter(|s| !s.is_empty()).ok_or(key)
     };
     value(ENCRYPTION_KEY_KEY)?;
     value(CLUSTER_SECRET_KEY)
@@ -321,6 +339,10 @@ async fn announce_changes(ctx: &Context, mcp: &McpServer, target: &Target<'_>, e
     }
     if existing.config_hash().as_deref() != Some(config::config_hash(target).as_str()) {
         let changed = Note::new("ConfigChanged", "configuration changed; rolling the pods");
+        publish(ctx, mcp, EventType::Normal, "Apply", &changed).await;
+    }
+    if existing.template_annotation(SECRET_HASH_ANNOTATION).as_deref() != target.secret_hash.as_deref() {
+        let changed = Note::new("SecretChanged", format!("Secret {} changed; rolling the pods", target.secret_name()));
         publish(ctx, mcp, EventType::Normal, "Apply", &changed).await;
     }
 }

@@ -73,7 +73,8 @@ impl Member {
         mcp: Option<(HttpConfig, B)>,
     ) -> Result<Self, RaftStoreError> {
         let peer_addr = listener.local_addr()?;
-        let (secret, key_fingerprint) = (config.secret.clone(), config.key_fingerprint.clone());
+        let secrets: Vec<String> = std::iter::once(config.secret.clone()).chain(config.previous_secret.clone()).collect();
+        let fingerprints: Vec<String> = config.key_fingerprint.iter().chain(&config.previous_key_fingerprint).cloned().collect();
         // The peer port answers before authentication: it is bounded like the MCP port.
         let limits = mcp.as_ref().map(|(http, _)| http.connections.clone()).unwrap_or_default();
         let node = RaftNode::start(config, metrics.clone()).await?;
@@ -94,7 +95,7 @@ impl Member {
         if let Some(endpoint) = &endpoint {
             routes = routes.merge(relay::router(endpoint.clone()));
         }
-        let router = peer::authenticated(routes, &secret, key_fingerprint, metrics.clone());
+        let router = peer::authenticated(routes, peer::Credentials::new(secrets, fingerprints, metrics.clone()));
         let (stop_serving, stopped) = oneshot::channel::<()>();
         let peer_server = tokio::spawn(async move {
             let shutdown = async move {

@@ -14,16 +14,26 @@ use std::sync::Arc;
 /// Largest peer request body (a snapshot travels in one).
 pub const MAX_BODY: usize = 256 * 1024 * 1024;
 
+/// What a peer request must present: one of the accepted cluster secrets (the current one, and
+/// during a rotation the previous one too) and, when it names its id-encryption key, one of
+/// the accepted keys' fingerprints.
 #[derive(Clone)]
-struct Credentials {
-    secret: Arc<str>,
-    key_fingerprint: Option<Arc<str>>,
+pub struct Credentials {
+    secrets: Arc<[String]>,
+    key_fingerprints: Arc<[String]>,
     metrics: Arc<Metrics>,
 }
 
+impl Credentials {
+    /// `secrets` and `key_fingerprints`: current first; an empty fingerprint list checks no key.
+    pub fn new(secrets: Vec<String>, key_fingerprints: Vec<String>, metrics: Arc<Metrics>) -> Self {
+        assert!(!secrets.is_empty(), "a peer port needs a cluster secret");
+        Self { secrets: secrets.into(), key_fingerprints: key_fingerprints.into(), metrics }
+    }
+}
+
 /// `routes` behind the cluster secret and the key check.
-pub fn authenticated(routes: Router, secret: &str, key_fingerprint: Option<String>, metrics: Arc<Metrics>) -> Router {
-    let credentials = Credentials { secret: secret.into(), key_fingerprint: key_fingerprint.map(Into::into), metrics };
+pub fn authenticated(routes: Router, credentials: Credentials) -> Router {
     routes.layer(middleware::from_fn_with_state(credentials, authenticate)).layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
 }
 
@@ -36,11 +46,14 @@ async fn authenticate(State(state): State<Credentials>, request: Request, next: 
     let presented = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
     let reason = match presented {
         None => "missing_secret",
-        Some(secret) if !constant_time_eq(secret.as_bytes(), state.secret.as_bytes()) => "wrong_secret",
+        // Every accepted secret is compared, so the time taken says nothing about which matched.
+        Some(secret) if !state.secrets.iter().fold(false, |any, s| any | constant_time_eq(secret.as_bytes(), s.as_bytes())) => {
+            "wrong_secret"
+        }
         Some(_) => {
             let theirs = request.headers().get(KEY_HEADER).and_then(|v| v.to_str().ok());
-            match (theirs, state.key_fingerprint.as_deref()) {
-                (Some(theirs), Some(ours)) if theirs != ours => {
+            match theirs {
+                Some(theirs) if !state.key_fingerprints.is_empty() && !state.key_fingerprints.iter().any(|ours| ours == theirs) => {
                     state.metrics.peer_refused("key_mismatch");
                     tracing::error!(path = %request.uri().path(), "refused a peer with another id-encryption key: every replica needs the same --encryption-key-file");
                     return (StatusCode::FORBIDDEN, "peer request refused: the id-encryption key differs between replicas").into_response();

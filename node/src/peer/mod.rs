@@ -9,5 +9,5 @@ pub mod codec;
 pub mod routes;
 pub mod stream;
 
-pub use auth::authenticated;
+pub use auth::{Credentials, authenticated};
 pub use client::{MIN_RPC_TIMEOUT, PeerClient, PeerError};

@@ -24,6 +24,8 @@ pub struct RaftNodeConfig {
     pub advertise: String,
     pub membership: Membership,
     pub secret: String,
+    /// A cluster secret also accepted from peers (a rotation in progress); never sent.
+    pub previous_secret: Option<String>,
     pub heartbeat: Duration,
     /// Minimum election timeout (the maximum is twice this).
     pub election_timeout: Duration,
@@ -41,6 +43,9 @@ pub struct RaftNodeConfig {
     pub source_ip: Option<std::net::IpAddr>,
     /// Fingerprint of the id-encryption key; peers with another one are refused.
     pub key_fingerprint: Option<String>,
+    /// Fingerprint of a previous id-encryption key also accepted (from peers, and on data in
+    /// the data directory): a rotation in progress.
+    pub previous_key_fingerprint: Option<String>,
     /// The largest log entry a write may make (its encoded command), in bytes. A larger write
     /// is refused before it is proposed ([`super::RaftStoreError::EntryTooLarge`]): every
     /// entry must fit in one replication frame, and each one is held by every replica.
@@ -76,6 +81,7 @@ impl RaftNodeConfig {
             advertise,
             membership: Membership::Single,
             secret,
+            previous_secret: None,
             heartbeat: Duration::from_millis(100),
             election_timeout: Duration::from_millis(1000),
             snapshot_every: 100_000,
@@ -85,6 +91,7 @@ impl RaftNodeConfig {
             write_timeout: Duration::from_secs(5),
             source_ip: None,
             key_fingerprint: None,
+            previous_key_fingerprint: None,
             max_entry_bytes: 4 * 1024 * 1024,
             replication_batch_bytes: 8 * 1024 * 1024,
             snapshot_chunk_bytes: 4 * 1024 * 1024,

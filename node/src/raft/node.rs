@@ -73,7 +73,7 @@ impl RaftNode {
         }
         .validate()?;
         if let Some(fingerprint) = &config.key_fingerprint {
-            super::data_key::claim(&config.data_dir, fingerprint)?;
+            super::data_key::claim(&config.data_dir, fingerprint, config.previous_key_fingerprint.as_deref())?;
         }
         let log_store = LogStore::open(&config.data_dir)?.batch_budget(config.replication_batch_bytes);
         let sm = StateMachineStore::open(&config.data_dir)?;

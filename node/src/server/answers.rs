@@ -35,15 +35,16 @@ impl Server {
                 return AnswerOutcome::Dropped("no_id");
             }
         };
-        let key = match self.inner.rendezvous.sealer.open_request(&id, session.id.as_str(), crate::clock::now_ms()) {
-            Ok(sealed) => sealed.key,
+        let (key, sealed_with) = match self.inner.rendezvous.sealer.open_request(&id, session.id.as_str(), crate::clock::now_ms()) {
+            Ok(sealed) => (sealed.key, sealed.sealed_with),
             Err(e) => {
                 tracing::info!(session = %session.id, reason = e.label(), "client answer refused: {e}");
                 metrics.orphan(e.label());
                 return AnswerOutcome::Dropped(e.label());
             }
         };
-        let tag = self.inner.rendezvous.sealer.session_tag(session.id.as_str());
+        // Under the key that sealed the id, which its owner also bound the mailbox with.
+        let tag = self.inner.rendezvous.sealer.session_tag_with(sealed_with, session.id.as_str());
         match self.inner.rendezvous.mailbox.deliver(&key, tag, message.to_value()).await {
             Ok(DeliverOutcome::Delivered) => {
                 tracing::debug!(%key, session = %session.id, node = self.node_id(), "client answer delivered");

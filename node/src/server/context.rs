@@ -365,6 +365,7 @@ impl RequestContext {
             key: key.clone(),
             owner: server.node_id,
             deadline_ms: crate::clock::now_ms() + ttl.as_millis() as u64,
+            sealed_with: correlation::SealedWith::Current,
         };
         let id = server.sealer.seal_request(&sealed, session.id.as_str());
         tracing::info!(%key, %kind, session = %session.id, "server-to-client request sent; parked");

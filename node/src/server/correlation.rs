@@ -15,6 +15,11 @@
 //! `nonce(12) | fingerprint(6) | ciphertext(kind, fields) | tag(16)`, where the fingerprint is an
 //! HMAC-SHA256 of the session id under its own subkey, letting a receiver tell "another
 //! session's id" from "an altered id".
+//!
+//! Rotation: a sealer may hold a previous key beside its current one. It seals with the current
+//! key and opens with either; what it opened says which key sealed it ([`SealedWith`]), and a
+//! mailbox tag is computed with that same key, the one its owner used. See the rotation
+//! procedure in the README.
 
 use crate::mailbox::SessionTag;
 use crate::mailbox::{MailboxKey, NodeId};
@@ -39,6 +44,14 @@ const STATE_PREFIX: &str = "sbs1.";
 /// Associated data of every sealed `requestState`: names the scheme.
 const STATE_AAD: &[u8] = b"switchboard mrtr v1";
 
+/// Which of a sealer's keys sealed what it opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SealedWith {
+    #[default]
+    Current,
+    Previous,
+}
+
 /// What a server-to-client request id carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SealedRequest {
@@ -46,6 +59,8 @@ pub struct SealedRequest {
     pub owner: NodeId,
     /// Milliseconds since the Unix epoch after which an answer is late.
     pub deadline_ms: u64,
+    /// Not sealed: which key opened it ([`SealedWith::Current`] when sealing).
+    pub sealed_with: SealedWith,
 }
 
 /// What an SSE event id carries.
@@ -74,6 +89,8 @@ pub struct SealedState {
     pub digest: [u8; 32],
     /// The keys asked in the round and what kind of answer each takes.
     pub asks: Vec<(String, RequestKind)>,
+    /// Not sealed: which key opened it ([`SealedWith::Current`] when sealing).
+    pub sealed_with: SealedWith,
 }
 
 /// Why a `requestState` was refused. `label` names the metric reason.
@@ -135,7 +152,14 @@ impl OpenError {
 #[error("invalid id-encryption key: {0}")]
 pub struct KeyError(String);
 
+/// Seals with the current key, opens with it or the previous one.
 pub struct IdSealer {
+    current: Keys,
+    previous: Option<Keys>,
+}
+
+/// The subkeys of one configured key.
+struct Keys {
     /// Seals request and event ids.
     cipher: Aes256Gcm,
     /// Seals `requestState`s: a key of its own, so a state can never pass for an id.
@@ -161,16 +185,63 @@ fn hmac(key: &[u8; 32], message: &[u8]) -> [u8; 32] {
     mac.finalize().into_bytes().into()
 }
 
-impl IdSealer {
-    pub fn new(key: [u8; 32]) -> Self {
+impl Keys {
+    fn new(key: [u8; 32]) -> Self {
         let hkdf = hkdf::Hkdf::<Sha256>::new(Some(HKDF_SALT), &key);
-        IdSealer {
+        Keys {
             cipher: Aes256Gcm::new(&subkey(&hkdf, "seal ids").into()),
             state_cipher: Aes256Gcm::new(&subkey(&hkdf, "request state").into()),
             fingerprint_key: subkey(&hkdf, "session fingerprint"),
             session_tag_key: subkey(&hkdf, "mailbox session tag"),
             key_check_key: subkey(&hkdf, "key check"),
         }
+    }
+
+    fn key_fingerprint(&self) -> String {
+        hmac(&self.key_check_key, b"switchboard key check")[..8].iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Keyed fingerprint of a session id, carried in the clear inside every id it seals.
+    fn fingerprint(&self, session: &str) -> [u8; FINGERPRINT] {
+        hmac(&self.fingerprint_key, session.as_bytes())[..FINGERPRINT].try_into().expect("32-byte MAC")
+    }
+
+    fn session_tag(&self, session: &str) -> SessionTag {
+        SessionTag(hmac(&self.session_tag_key, session.as_bytes())[..16].try_into().expect("32-byte MAC"))
+    }
+
+    fn open(&self, raw: &[u8], kind: u8, session: &str) -> Result<Vec<u8>, OpenError> {
+        let (nonce, rest) = raw.split_at(12);
+        let (fingerprint, sealed) = rest.split_at(FINGERPRINT);
+        let plain = self
+            .cipher
+            .decrypt(Nonce::from_slice(nonce), Payload { msg: sealed, aad: session.as_bytes() })
+            .map_err(|_| if fingerprint == self.fingerprint(session) { OpenError::Tampered } else { OpenError::WrongSession })?;
+        match plain.split_first() {
+            Some((k, fields)) if *k == kind => Ok(fields.to_vec()),
+            _ => Err(OpenError::Foreign),
+        }
+    }
+
+    fn open_state(&self, nonce: &[u8], sealed: &[u8]) -> Option<Vec<u8>> {
+        self.state_cipher.decrypt(Nonce::from_slice(nonce), Payload { msg: sealed, aad: STATE_AAD }).ok()
+    }
+}
+
+impl IdSealer {
+    pub fn new(key: [u8; 32]) -> Self {
+        IdSealer { current: Keys::new(key), previous: None }
+    }
+
+    /// Also open what `previous` sealed (a key being rotated in or out; see [`SealedWith`]).
+    pub fn with_previous(mut self, previous: IdSealer) -> Self {
+        self.previous = Some(previous.current);
+        self
+    }
+
+    /// The keys this sealer opens with, current first.
+    fn keys(&self) -> impl Iterator<Item = (SealedWith, &Keys)> {
+        std::iter::once((SealedWith::Current, &self.current)).chain(self.previous.iter().map(|k| (SealedWith::Previous, k)))
     }
 
     /// A sealer with a fresh random key (a single process; ids die with it).
@@ -192,20 +263,29 @@ impl IdSealer {
         Ok(Self::new(key))
     }
 
-    /// A short public fingerprint of the key, so replicas can tell they were given different keys
-    /// (every cross-node answer would otherwise be dropped as another session's).
+    /// A short public fingerprint of the current key, so replicas can tell they were given
+    /// different keys (every cross-node answer would otherwise be dropped as another session's).
     pub fn key_fingerprint(&self) -> String {
-        hmac(&self.key_check_key, b"switchboard key check")[..8].iter().map(|b| format!("{b:02x}")).collect()
+        self.current.key_fingerprint()
     }
 
-    /// Keyed fingerprint of a session id, carried in the clear inside every id it seals.
-    fn fingerprint(&self, session: &str) -> [u8; FINGERPRINT] {
-        hmac(&self.fingerprint_key, session.as_bytes())[..FINGERPRINT].try_into().expect("32-byte MAC")
+    /// The fingerprint of the previous key, when there is one.
+    pub fn previous_key_fingerprint(&self) -> Option<String> {
+        self.previous.as_ref().map(Keys::key_fingerprint)
     }
 
-    /// The tag binding a mailbox to `session` (see [`SessionTag`]).
+    /// The tag binding a mailbox to `session` (see [`SessionTag`]), under the current key.
     pub fn session_tag(&self, session: &str) -> SessionTag {
-        SessionTag(hmac(&self.session_tag_key, session.as_bytes())[..16].try_into().expect("32-byte MAC"))
+        self.current.session_tag(session)
+    }
+
+    /// The tag of `session` under the key that sealed an id or state: the one its mailbox's
+    /// owner computed.
+    pub fn session_tag_with(&self, sealed_with: SealedWith, session: &str) -> SessionTag {
+        match (sealed_with, &self.previous) {
+            (SealedWith::Previous, Some(previous)) => previous.session_tag(session),
+            _ => self.current.session_tag(session),
+        }
     }
 
     fn seal(&self, kind: u8, fields: &[u8], session: &str) -> String {
@@ -213,29 +293,33 @@ impl IdSealer {
         let mut plain = Vec::with_capacity(1 + fields.len());
         plain.push(kind);
         plain.extend_from_slice(fields);
-        let sealed = self.cipher.encrypt(&nonce.into(), Payload { msg: &plain, aad: session.as_bytes() }).expect("AES-GCM seals");
+        let sealed = self.current.cipher.encrypt(&nonce.into(), Payload { msg: &plain, aad: session.as_bytes() }).expect("AES-GCM seals");
         let mut out = Vec::with_capacity(12 + FINGERPRINT + sealed.len());
         out.extend_from_slice(&nonce);
-        out.extend_from_slice(&self.fingerprint(session));
+        out.extend_from_slice(&self.current.fingerprint(session));
         out.extend_from_slice(&sealed);
         format!("{PREFIX}{}", URL_SAFE_NO_PAD.encode(out))
     }
 
-    fn open(&self, token: &str, kind: u8, session: &str) -> Result<Vec<u8>, OpenError> {
+    /// Open with each key in turn. When none opens it, the reason is the first key's unless
+    /// another one recognized the session's fingerprint (then the id was altered).
+    fn open(&self, token: &str, kind: u8, session: &str) -> Result<(Vec<u8>, SealedWith), OpenError> {
         let raw = token.strip_prefix(PREFIX).and_then(|b| URL_SAFE_NO_PAD.decode(b).ok()).ok_or(OpenError::Foreign)?;
         if raw.len() < 12 + FINGERPRINT + 16 + 1 {
             return Err(OpenError::Foreign);
         }
-        let (nonce, rest) = raw.split_at(12);
-        let (fingerprint, sealed) = rest.split_at(FINGERPRINT);
-        let plain = self
-            .cipher
-            .decrypt(Nonce::from_slice(nonce), Payload { msg: sealed, aad: session.as_bytes() })
-            .map_err(|_| if fingerprint == self.fingerprint(session) { OpenError::Tampered } else { OpenError::WrongSession })?;
-        match plain.split_first() {
-            Some((k, fields)) if *k == kind => Ok(fields.to_vec()),
-            _ => Err(OpenError::Foreign),
+        let mut refusal = None;
+        for (with, keys) in self.keys() {
+            match keys.open(&raw, kind, session) {
+                Ok(fields) => return Ok((fields, with)),
+                Err(e) => {
+                    if refusal.is_none() || e == OpenError::Tampered {
+                        refusal = Some(e);
+                    }
+                }
+            }
         }
+        Err(refusal.expect("a sealer has a current key"))
     }
 
     /// The id of a server-to-client request for mailbox `key`.
@@ -251,7 +335,7 @@ impl IdSealer {
     /// Open the id of a client's answer in `session`; `now_ms` decides lateness.
     pub fn open_request(&self, id: &RequestId, session: &str, now_ms: u64) -> Result<SealedRequest, OpenError> {
         let RequestId::String(token) = id else { return Err(OpenError::Foreign) };
-        let fields = self.open(token, REQUEST, session)?;
+        let (fields, sealed_with) = self.open(token, REQUEST, session)?;
         let fields: [u8; 32] = fields.try_into().map_err(|_| OpenError::Foreign)?;
         let key = u128::from_be_bytes(fields[..16].try_into().expect("16 bytes"));
         let owner = u64::from_be_bytes(fields[16..24].try_into().expect("8 bytes"));
@@ -259,7 +343,7 @@ impl IdSealer {
         if now_ms > deadline_ms {
             return Err(OpenError::Expired);
         }
-        Ok(SealedRequest { key: MailboxKey::from_bits(key), owner, deadline_ms })
+        Ok(SealedRequest { key: MailboxKey::from_bits(key), owner, deadline_ms, sealed_with })
     }
 
     /// The `requestState` of a multi-round-trip round: AES-256-GCM under its own subkey, a fresh
@@ -278,7 +362,7 @@ impl IdSealer {
             plain.extend_from_slice(key.as_bytes());
         }
         let nonce: [u8; 12] = rand::random();
-        let sealed = self.state_cipher.encrypt(&nonce.into(), Payload { msg: &plain, aad: STATE_AAD }).expect("AES-GCM seals");
+        let sealed = self.current.state_cipher.encrypt(&nonce.into(), Payload { msg: &plain, aad: STATE_AAD }).expect("AES-GCM seals");
         let mut out = Vec::with_capacity(12 + sealed.len());
         out.extend_from_slice(&nonce);
         out.extend_from_slice(&sealed);
@@ -292,11 +376,10 @@ impl IdSealer {
             return Err(StateError::Tampered);
         }
         let (nonce, sealed) = raw.split_at(12);
-        let plain = self
-            .state_cipher
-            .decrypt(Nonce::from_slice(nonce), Payload { msg: sealed, aad: STATE_AAD })
-            .map_err(|_| StateError::Tampered)?;
-        let state = decode_state(&plain).ok_or(StateError::Tampered)?;
+        let (plain, sealed_with) =
+            self.keys().find_map(|(with, keys)| Some((keys.open_state(nonce, sealed)?, with))).ok_or(StateError::Tampered)?;
+        let mut state = decode_state(&plain).ok_or(StateError::Tampered)?;
+        state.sealed_with = sealed_with;
         if now_ms > state.deadline_ms {
             return Err(StateError::Expired);
         }
@@ -312,7 +395,7 @@ impl IdSealer {
     }
 
     pub fn open_event(&self, token: &str, session: &str) -> Result<SealedEvent, OpenError> {
-        let fields = self.open(token, EVENT, session)?;
+        let (fields, _) = self.open(token, EVENT, session)?;
         let fields: [u8; 24] = fields.try_into().map_err(|_| OpenError::Foreign)?;
         let n = |i: usize| u64::from_be_bytes(fields[8 * i..8 * i + 8].try_into().expect("8 bytes"));
         Ok(SealedEvent { owner: n(0), stream: n(1), seq: n(2) })
@@ -340,7 +423,7 @@ fn decode_state(plain: &[u8]) -> Option<SealedState> {
         let key = String::from_utf8(take(&mut rest, len)?.to_vec()).ok()?;
         asks.push((key, kind));
     }
-    Some(SealedState { owner, call, round, answers, deadline_ms, digest, asks })
+    Some(SealedState { owner, call, round, answers, deadline_ms, digest, asks, sealed_with: SealedWith::Current })
 }
 
 #[cfg(test)]
@@ -360,7 +443,45 @@ mod tests {
                 ("ü-key".into(), RequestKind::Roots),
                 (String::new(), RequestKind::Sampling),
             ],
+            sealed_with: SealedWith::Current,
         }
+    }
+
+    #[test]
+    fn a_rotating_sealer_opens_what_either_key_sealed_and_says_which() {
+        let (old, new) = ([1u8; 32], [2u8; 32]);
+        let before = IdSealer::new(old);
+        // Phase 1 of a rotation: the new key is accepted, ids are still sealed with the old one.
+        let accepting = IdSealer::new(old).with_previous(IdSealer::new(new));
+        // Phase 2: ids are sealed with the new key, the old one is still accepted.
+        let rotated = IdSealer::new(new).with_previous(IdSealer::new(old));
+        let after = IdSealer::new(new);
+
+        let request = request();
+        let sealed_before = before.seal_request(&request, "s");
+        let sealed_rotated = rotated.seal_request(&request, "s");
+        let opened = rotated.open_request(&sealed_before, "s", 0).unwrap();
+        assert_eq!((opened.key.clone(), opened.sealed_with), (request.key.clone(), SealedWith::Previous));
+        assert_eq!(accepting.open_request(&sealed_rotated, "s", 0).unwrap().sealed_with, SealedWith::Previous);
+        assert_eq!(accepting.open_request(&sealed_before, "s", 0).unwrap().sealed_with, SealedWith::Current);
+        assert_eq!(after.open_request(&sealed_rotated, "s", 0).unwrap().sealed_with, SealedWith::Current);
+        assert_eq!(after.open_request(&sealed_before, "s", 0), Err(OpenError::WrongSession), "a retired key is not accepted");
+        // The tag a deliverer computes matches the one the owner bound the mailbox to.
+        assert_eq!(rotated.session_tag_with(opened.sealed_with, "s"), before.session_tag("s"));
+        assert_ne!(rotated.session_tag("s"), before.session_tag("s"));
+        // Altered under the previous key: reported as altered, not as another session's.
+        let RequestId::String(token) = &sealed_before else { unreachable!() };
+        let mut bytes = URL_SAFE_NO_PAD.decode(token.strip_prefix(PREFIX).unwrap()).unwrap();
+        *bytes.last_mut().unwrap() ^= 1;
+        let altered = RequestId::String(format!("{PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes)));
+        assert_eq!(rotated.open_request(&altered, "s", 0), Err(OpenError::Tampered));
+        // Request states and event ids rotate the same way.
+        let state = before.seal_state(&state());
+        assert_eq!(rotated.open_state(&state, 0).unwrap().sealed_with, SealedWith::Previous);
+        let event = before.seal_event(SealedEvent { owner: 1, stream: 2, seq: 3 }, "s");
+        assert_eq!(rotated.open_event(&event, "s").unwrap().seq, 3);
+        assert_eq!(rotated.key_fingerprint(), after.key_fingerprint());
+        assert_eq!(rotated.previous_key_fingerprint(), Some(before.key_fingerprint()));
     }
 
     #[test]
@@ -388,7 +509,7 @@ mod tests {
     }
 
     fn request() -> SealedRequest {
-        SealedRequest { key: MailboxKey::random(), owner: 2, deadline_ms: 10_000 }
+        SealedRequest { key: MailboxKey::random(), owner: 2, deadline_ms: 10_000, sealed_with: SealedWith::Current }
     }
 
     #[test]
@@ -479,7 +600,7 @@ mod tests {
             m.update(msg);
             m.finalize().into_bytes().to_vec()
         };
-        assert_eq!(sealer.fingerprint("session-a").to_vec(), mac(&fingerprint, b"session-a")[..FINGERPRINT]);
+        assert_eq!(sealer.current.fingerprint("session-a").to_vec(), mac(&fingerprint, b"session-a")[..FINGERPRINT]);
         assert_eq!(sealer.session_tag("session-a").0.to_vec(), mac(&tag, b"session-a")[..16]);
         // The id's seal is AES-GCM under the sealing subkey: it opens with that key, not the master.
         let RequestId::String(token) = sealer.seal_request(&request(), "s") else { panic!() };

@@ -29,7 +29,7 @@
 
 use super::TaskSupport;
 use super::context::MAILBOX_GRACE;
-use super::correlation::{SealedState, StateError};
+use super::correlation::{SealedState, SealedWith, StateError};
 use super::envelope::modern_error;
 use super::handle::Server;
 use super::outbound::OutboundSink;
@@ -126,9 +126,10 @@ impl RetryError {
 }
 
 impl Server {
-    /// The tag binding a call's mailboxes to it (as a session's bind its requests').
-    fn call_tag(&self, call: u128) -> SessionTag {
-        self.sealer().session_tag(&format!("mrtr:{call:032x}"))
+    /// The tag binding a call's mailboxes to it (as a session's bind its requests'), under the
+    /// key that sealed the call's state: the one its owner bound the mailbox with.
+    fn call_tag(&self, call: u128, sealed_with: SealedWith) -> SessionTag {
+        self.sealer().session_tag_with(sealed_with, &format!("mrtr:{call:032x}"))
     }
 
     /// Run a `tools/call`, `prompts/get` or `resources/read`: a fresh call here, or a retry
@@ -169,7 +170,7 @@ impl Server {
         };
         let digest = call_digest(method, &params);
         let call_id: u128 = rand::random();
-        let tag = self.call_tag(call_id);
+        let tag = self.call_tag(call_id, SealedWith::Current);
         // The Tasks extension: a tool that supports it, called by a client that declares it.
         let (support, started_by_handler) = if method == "tools/call" { self.task_support(&params) } else { (TaskSupport::None, false) };
         if support == TaskSupport::Required && !client.capabilities.tasks {
@@ -251,7 +252,16 @@ impl Server {
                 return;
             }
             let deadline_ms = now_ms() + timeout.as_millis() as u64;
-            let state = SealedState { owner, call: call_id, round, answers: answers.clone(), deadline_ms, digest, asks: Vec::new() };
+            let state = SealedState {
+                owner,
+                call: call_id,
+                round,
+                answers: answers.clone(),
+                deadline_ms,
+                digest,
+                asks: Vec::new(),
+                sealed_with: SealedWith::Current,
+            };
             // Built in a function of its own: nothing of it stays in this future while it parks.
             let input_required = self.input_required(method, &id, state, asks);
             self.metrics().mrtr_round("input_required");
@@ -357,7 +367,7 @@ impl Server {
             log_level: client.log_level,
             progress_token: client.progress_token.clone(),
         };
-        let tag = self.call_tag(state.call);
+        let tag = self.call_tag(state.call, state.sealed_with);
         // The request for the outcome goes out while the answers are being committed: the owner
         // holds it until the round ends, so its trip is off the round trip's critical path.
         let deliver = self.mailbox().deliver(&state.answers, tag, serde_json::to_value(answers).expect("answers serialize"));

@@ -45,6 +45,25 @@ pub fn config_hash(target: &Target) -> String {
     hex(&hasher.finalize()[..8])
 }
 
+/// Hash of what the pods read from their Secret (the keys in [`super::SECRET_KEYS`], present or
+/// not): first 16 hex digits of SHA-256. Put on the pod template, a rotation rolls the pods.
+pub fn secret_hash(value_of: impl Fn(&str) -> Option<Vec<u8>>) -> String {
+    let mut hasher = Sha256::new();
+    for key in super::SECRET_KEYS {
+        hasher.update(key.as_bytes());
+        match value_of(key) {
+            Some(value) => {
+                hasher.update(b"=");
+                hasher.update((value.len() as u64).to_be_bytes());
+                hasher.update(&value);
+            }
+            None => hasher.update(b"-"),
+        }
+        hasher.update(b"\n");
+    }
+    hex(&hasher.finalize()[..8])
+}
+
 /// The random material of a generated Secret. Made once, when the Secret does not exist yet;
 /// the builder only lays it out, so it stays pure.
 #[derive(Clone, PartialEq, Eq)]
@@ -65,6 +84,15 @@ impl SecretMaterial {
     /// Fresh random material from the operating system's generator.
     pub fn generate() -> Self {
         Self { cluster_secret: hex(&rand::random::<[u8; 32]>()), encryption_key: hex(&rand::random::<[u8; 32]>()) }
+    }
+
+    /// [`secret_hash`] of the Secret made from this material.
+    pub fn hash(&self) -> String {
+        secret_hash(|key| match key {
+            super::CLUSTER_SECRET_KEY => Some(self.cluster_secret.clone().into_bytes()),
+            super::ENCRYPTION_KEY_KEY => Some(self.encryption_key.clone().into_bytes()),
+            _ => None,
+        })
     }
 }
 

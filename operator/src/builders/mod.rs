@@ -48,8 +48,16 @@ pub const SECRET_DIR: &str = "/etc/switchboard/secret";
 pub const CLUSTER_SECRET_KEY: &str = "cluster-secret";
 /// Key of the id-encryption key in the Secret.
 pub const ENCRYPTION_KEY_KEY: &str = "encryption-key";
+/// Optional Secret keys of a rotation under way: also accepted, never used to send or seal.
+pub const PREVIOUS_CLUSTER_SECRET_KEY: &str = "previous-cluster-secret";
+pub const PREVIOUS_ENCRYPTION_KEY_KEY: &str = "previous-encryption-key";
+/// Every Secret key the pods read.
+pub const SECRET_KEYS: [&str; 4] = [CLUSTER_SECRET_KEY, ENCRYPTION_KEY_KEY, PREVIOUS_CLUSTER_SECRET_KEY, PREVIOUS_ENCRYPTION_KEY_KEY];
 /// Pod-template annotation holding the hash of the configuration, so a change rolls the pods.
 pub const CONFIG_HASH_ANNOTATION: &str = "switchboard.dev/config-hash";
+/// Pod-template annotation: hash of the Secret's keys the pods read, so rotating them rolls
+/// the pods.
+pub const SECRET_HASH_ANNOTATION: &str = "switchboard.dev/secret-hash";
 /// StatefulSet annotation recording the members the cluster was founded with (`--peers`); it
 /// never changes after creation, so scaling does not change the pod template.
 pub const INITIAL_MEMBERS_ANNOTATION: &str = "switchboard.dev/initial-members";
@@ -77,6 +85,8 @@ pub const RESERVED_ENV: &[&str] = &[
     env::STORE,
     env::CLUSTER_SECRET_FILE,
     env::ENCRYPTION_KEY_FILE,
+    env::PREVIOUS_CLUSTER_SECRET_FILE,
+    env::PREVIOUS_ENCRYPTION_KEY_FILE,
     env::ELICITATION_TIMEOUT,
     env::SAMPLING_TIMEOUT,
     env::SESSION_TTL,
@@ -128,11 +138,14 @@ impl Rollout {
 }
 
 /// The `McpServer` being built for, with the keys every child needs.
+#[derive(Clone)]
 pub struct Target<'a> {
     pub mcp: &'a McpServer,
     pub name: String,
     pub namespace: String,
     owner: OwnerReference,
+    /// Hash of the Secret's contents the pods read ([`config::secret_hash`]), once read.
+    pub secret_hash: Option<String>,
 }
 
 impl<'a> Target<'a> {
@@ -143,7 +156,13 @@ impl<'a> Target<'a> {
         // Foreground deletion of the McpServer waits for its children (needs `update` on
         // `mcpservers/finalizers` in the operator's role).
         owner.block_owner_deletion = Some(true);
-        Ok(Self { mcp, name: mcp.name_any(), namespace, owner })
+        Ok(Self { mcp, name: mcp.name_any(), namespace, owner, secret_hash: None })
+    }
+
+    /// The target, with the hash of the Secret the pods will read.
+    pub fn with_secret_hash(mut self, hash: String) -> Self {
+        self.secret_hash = Some(hash);
+        self
     }
 
     /// Name of the headless peer Service.
@@ -242,6 +261,15 @@ impl Children {
         let secret = match (&target.mcp.spec.secret_ref, material) {
             (None, Some(material)) => Some(config::secret(target, material)),
             _ => None,
+        };
+        // The pods of a Secret about to be generated read its material.
+        let hashed;
+        let target = match (&target.secret_hash, material) {
+            (None, Some(material)) => {
+                hashed = Target { secret_hash: Some(material.hash()), ..target.clone() };
+                &hashed
+            }
+            _ => target,
         };
         Self {
             secret,

@@ -16,7 +16,8 @@ use switchboard_contract::env;
 use super::config::{self, config_hash};
 use super::{
     CLUSTER_SECRET_KEY, CONFIG_HASH_ANNOTATION, CONTAINER, DATA_DIR, ENCRYPTION_KEY_KEY, INITIAL_MEMBERS_ANNOTATION, MCP_PORT,
-    METRICS_PORT, PEER_PORT, POD_NAME, Rollout, SECRET_DIR, Settings, Target,
+    METRICS_PORT, PEER_PORT, POD_NAME, PREVIOUS_CLUSTER_SECRET_KEY, PREVIOUS_ENCRYPTION_KEY_KEY, Rollout, SECRET_DIR,
+    SECRET_HASH_ANNOTATION, Settings, Target,
 };
 
 /// The non-root user and group the node runs as (the image's `nonroot` user).
@@ -95,6 +96,9 @@ pub fn container_env(target: &Target, settings: &Settings, rollout: Rollout) -> 
         var(env::DATA_DIR, DATA_DIR),
         var(env::CLUSTER_SECRET_FILE, format!("{SECRET_DIR}/{CLUSTER_SECRET_KEY}")),
         var(env::ENCRYPTION_KEY_FILE, format!("{SECRET_DIR}/{ENCRYPTION_KEY_KEY}")),
+        // Present only while a rotation is under way; a missing file means none.
+        var(env::PREVIOUS_CLUSTER_SECRET_FILE, format!("{SECRET_DIR}/{PREVIOUS_CLUSTER_SECRET_KEY}")),
+        var(env::PREVIOUS_ENCRYPTION_KEY_FILE, format!("{SECRET_DIR}/{PREVIOUS_ENCRYPTION_KEY_KEY}")),
         env_from_config(target, env::ELICITATION_TIMEOUT, config::ELICITATION_TIMEOUT),
         env_from_config(target, env::SAMPLING_TIMEOUT, config::SAMPLING_TIMEOUT),
         env_from_config(target, env::SESSION_TTL, config::SESSION_TTL),
@@ -191,7 +195,12 @@ pub fn pod_template(target: &Target, settings: &Settings, rollout: Rollout) -> P
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(target.labels()),
-            annotations: Some(BTreeMap::from([(CONFIG_HASH_ANNOTATION.to_string(), config_hash(target))])),
+            annotations: Some(
+                [(CONFIG_HASH_ANNOTATION.to_string(), config_hash(target))]
+                    .into_iter()
+                    .chain(target.secret_hash.clone().map(|hash| (SECRET_HASH_ANNOTATION.to_string(), hash)))
+                    .collect(),
+            ),
             ..ObjectMeta::default()
         }),
         spec: Some(PodSpec {

@@ -11,6 +11,7 @@ use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::builders::PREVIOUS_ENCRYPTION_KEY_KEY;
 use crate::builders::statefulset::statefulset;
 use crate::crd::McpServer;
 use crate::fixtures::{FakeApi, RecordedAdmin};
@@ -83,14 +84,17 @@ async fn create_applies_every_child_with_server_side_apply_then_writes_status() 
         assert!(call.query.contains("fieldManager=switchboard-operator"), "{}: {}", call.line(), call.query);
         assert!(call.query.contains("force=true"), "{}: {}", call.line(), call.query);
     }
-    // The StatefulSet applied is exactly what the builder makes.
-    let target = Target::new(&mcp).unwrap();
+    // The StatefulSet applied is exactly what the builder makes, with the hash of the Secret
+    // its pods read.
+    let secret: Secret = serde_json::from_value(fake.object(SECRET).unwrap()).unwrap();
+    let hash = config::secret_hash(|key| secret.data.as_ref()?.get(key).map(|b| b.0.clone()));
+    let target = Target::new(&mcp).unwrap().with_secret_hash(hash.clone());
     let expected = serde_json::to_value(statefulset(&target, &Settings::default(), Rollout::initial(&mcp))).unwrap();
     let applied = fake.calls().into_iter().find(|c| c.method == Method::PATCH && c.path == STS).unwrap().body;
     assert_eq!(applied, expected);
+    assert_eq!(applied["spec"]["template"]["metadata"]["annotations"][SECRET_HASH_ANNOTATION], hash.as_str());
 
     // A generated Secret with both keys.
-    let secret: Secret = serde_json::from_value(fake.object(SECRET).unwrap()).unwrap();
     let data = secret.data.unwrap();
     assert_eq!(data[CLUSTER_SECRET_KEY].0.len(), 64);
     assert_eq!(data[ENCRYPTION_KEY_KEY].0.len(), 64);
@@ -492,4 +496,26 @@ fn replica_counts_that_tolerate_no_failure_or_are_even_are_flagged() {
     assert_eq!(tolerance(3), ("True".to_string(), "MajoritySurvives".to_string()));
     assert_eq!(tolerance(4), ("False".to_string(), "EvenReplicas".to_string()));
     assert_eq!(tolerance(5), ("True".to_string(), "MajoritySurvives".to_string()));
+}
+
+#[tokio::test]
+async fn a_changed_secret_rolls_the_pods_and_an_unchanged_one_does_not() {
+    let (ctx, fake) = Context::test(RecordedAdmin::formed("demo", 3));
+    let mcp = McpServer::test();
+    store(&fake, &mcp);
+    reconcile(Arc::new(mcp.clone()), ctx.clone()).await.unwrap();
+    settle(&fake, 3);
+    let template_hash =
+        |fake: &FakeApi| fake.object(STS).unwrap()["spec"]["template"]["metadata"]["annotations"][SECRET_HASH_ANNOTATION].clone();
+    let before = template_hash(&fake);
+    reconcile(Arc::new(stored(&fake, &mcp)), ctx.clone()).await.unwrap();
+    assert_eq!(template_hash(&fake), before, "the same Secret: the template stays");
+
+    // Step 1 of a rotation: the new key is added as the previous one (accepted, not used).
+    let mut secret = fake.object(SECRET).unwrap();
+    secret["data"][PREVIOUS_ENCRYPTION_KEY_KEY] = json!("MDAwMA==");
+    fake.put(SECRET, secret);
+    reconcile(Arc::new(stored(&fake, &mcp)), ctx).await.unwrap();
+    assert_ne!(template_hash(&fake), before, "the pods roll to read it");
+    assert!(fake.event_reasons().contains(&"SecretChanged".to_string()), "{:?}", fake.event_reasons());
 }

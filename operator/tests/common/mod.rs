@@ -353,6 +353,26 @@ pub async fn next_message(res: &mut reqwest::Response, buffer: &mut String, with
 }
 
 impl Cluster {
+    /// Change key `key` of the mounted Secret (`None` removes it), as the kubelet would update
+    /// the projected files; the running pods read it when they restart.
+    pub fn write_secret(&mut self, key: &str, value: Option<&str>) {
+        let path = self.secret_dir.path().join(key);
+        match value {
+            Some(value) => std::fs::write(path, value).unwrap(),
+            None => {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+        if key == builders::CLUSTER_SECRET_KEY {
+            self.cluster_secret = value.expect("the cluster secret is never removed").to_string();
+        }
+    }
+
+    /// Where key `key` of the mounted Secret is.
+    pub fn secret_path(&self, key: &str) -> PathBuf {
+        self.secret_dir.path().join(key)
+    }
+
     /// `POST` an admin call through the leader (any member forwards it) and return its answer.
     pub async fn admin_post(&self, admin_path: &str, body: &MemberRequest) -> Result<Value, String> {
         let http = reqwest::Client::new();
