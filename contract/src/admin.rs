@@ -66,6 +66,10 @@ pub struct ClusterStatus {
     /// timeout: the silence after which a follower would call an election itself).
     #[serde(default)]
     pub silent_after_ms: u64,
+    /// Members whose pod is not ready, as the operator sees them (nodes leave this empty): not
+    /// counted as healthy whatever the leader last heard.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub not_ready: BTreeSet<u64>,
     pub pending_mailboxes: usize,
     pub sessions: usize,
 }
@@ -87,6 +91,9 @@ impl ClusterStatus {
     pub fn health(&self, id: u64) -> Result<(), String> {
         if self.leader == Some(id) {
             return Ok(());
+        }
+        if self.not_ready.contains(&id) {
+            return Err(format!("member {id}: pod not ready"));
         }
         let silent_after = if self.silent_after_ms == 0 { DEFAULT_SILENT_AFTER_MS } else { self.silent_after_ms };
         match (self.replication_lag.get(&id), self.last_contact_ms.get(&id)) {
@@ -220,6 +227,10 @@ mod tests {
         assert_eq!(dead.health(1), Err("member 1: last heard 4200 ms ago".into()));
         dead.last_contact_ms.remove(&1);
         assert_eq!(dead.health(1), Err("member 1: never heard from".into()));
+        // A member whose pod is not ready does not count, however recently it was heard.
+        let mut unready = status.clone();
+        unready.not_ready.insert(1);
+        assert_eq!(unready.health(1), Err("member 1: pod not ready".into()));
         // A status without the threshold falls back to the default.
         let mut older = status.clone();
         older.silent_after_ms = 0;

@@ -163,6 +163,9 @@ pub struct FakeApi {
     state: Arc<Mutex<FakeState>>,
 }
 
+/// Collections a GET lists when no object is stored at the path itself.
+const LISTED: [&str; 2] = ["pods", "leases"];
+
 fn status_body(code: u16, reason: &str, message: &str) -> Value {
     json!({ "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code })
 }
@@ -203,6 +206,17 @@ impl FakeApi {
         match call.method {
             Method::GET => match state.objects.get(&path) {
                 Some(o) => (StatusCode::OK, o.clone()),
+                // A collection the operator lists: the objects stored under it.
+                None if LISTED.iter().any(|c| path.ends_with(&format!("/{c}"))) => {
+                    let prefix = format!("{path}/");
+                    let items: Vec<Value> = state
+                        .objects
+                        .iter()
+                        .filter(|(p, _)| p.strip_prefix(&prefix).is_some_and(|rest| !rest.contains('/')))
+                        .map(|(_, o)| o.clone())
+                        .collect();
+                    (StatusCode::OK, json!({"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": items}))
+                }
                 None => (StatusCode::NOT_FOUND, status_body(404, "NotFound", &format!("{path} not found"))),
             },
             Method::POST => {
@@ -211,8 +225,24 @@ impl FakeApi {
                 if state.objects.contains_key(&full) {
                     return (StatusCode::CONFLICT, status_body(409, "AlreadyExists", &format!("{full} already exists")));
                 }
-                state.objects.insert(full, call.body.clone());
-                (StatusCode::CREATED, call.body)
+                let mut object = call.body.clone();
+                object["metadata"]["resourceVersion"] = json!("1");
+                state.objects.insert(full, object.clone());
+                (StatusCode::CREATED, object)
+            }
+            // Replace, with optimistic concurrency: the write must carry the stored version.
+            Method::PUT => {
+                let Some(stored) = state.objects.get(&path) else {
+                    return (StatusCode::NOT_FOUND, status_body(404, "NotFound", &format!("{path} not found")));
+                };
+                let version = stored["metadata"]["resourceVersion"].as_str().unwrap_or("0").to_string();
+                if call.body["metadata"]["resourceVersion"].as_str().is_some_and(|v| v != version) {
+                    return (StatusCode::CONFLICT, status_body(409, "Conflict", "the object has been modified"));
+                }
+                let mut object = call.body.clone();
+                object["metadata"]["resourceVersion"] = json!((version.parse::<u64>().unwrap_or(0) + 1).to_string());
+                state.objects.insert(path, object.clone());
+                (StatusCode::OK, object)
             }
             Method::PATCH => {
                 if let Some(base) = path.strip_suffix("/status") {
@@ -251,6 +281,11 @@ impl FakeApi {
         self.state.lock().unwrap().objects.get(path).cloned()
     }
 
+    /// Stop injecting failures.
+    pub fn clear_failures(&self) {
+        self.state.lock().unwrap().failures.clear();
+    }
+
     /// Answer `method path` with `code` from now on.
     pub fn fail(&self, method: Method, path: &str, code: u16) {
         self.state.lock().unwrap().failures.push((method, path.into(), code));
@@ -281,7 +316,7 @@ impl Context {
     pub fn test(admin: Arc<dyn AdminApi>) -> (Arc<Self>, FakeApi) {
         let (fake, client) = FakeApi::start();
         let recorder = Recorder::new(client.clone(), Reporter { controller: "switchboard-operator".into(), instance: None });
-        (Arc::new(Context::new(client, recorder, Settings::default(), admin)), fake)
+        (Arc::new(Context::new(client, recorder, Settings::default(), admin, Arc::new(crate::metrics::Metrics::new()))), fake)
     }
 }
 
@@ -297,6 +332,8 @@ pub struct RecordedAdmin {
     pub down: Mutex<Vec<String>>,
     /// Membership calls answer 409 with this message.
     pub refuse: Mutex<Option<String>>,
+    /// Status calls never answer (a node that accepts the connection and hangs).
+    pub hang: Mutex<bool>,
 }
 
 impl RecordedAdmin {
@@ -339,6 +376,9 @@ impl RecordedAdmin {
 #[async_trait::async_trait]
 impl AdminApi for RecordedAdmin {
     async fn status(&self, addr: &str, secret: &str) -> crate::Result<ClusterStatus> {
+        if *self.hang.lock().unwrap() {
+            std::future::pending::<()>().await;
+        }
         self.check(addr, secret)?;
         let mut status = self.cluster.lock().unwrap().clone();
         status.node_id = status.members.iter().find(|(_, a)| a.as_str() == addr).map(|(id, _)| *id).unwrap_or(u64::MAX);

@@ -21,7 +21,9 @@
 
 pub mod builders;
 pub mod crd;
+pub mod lease;
 pub mod membership;
+pub mod metrics;
 pub mod reconcile;
 pub mod render;
 pub mod run;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use switchboard_operator::builders::OperatorPods;
-use switchboard_operator::run::{Config, parse_labels, run};
+use switchboard_operator::run::{Config, LeaseConfig, parse_labels, run};
 
 #[derive(Parser)]
 #[command(name = "switchboard-operator", version, about = "Kubernetes operator for switchboard McpServer clusters")]
@@ -48,9 +48,24 @@ struct RunArgs {
     /// The operator pods' labels (`k=v,k=v`), for the same NetworkPolicy.
     #[arg(long, env = "SWITCHBOARD_OPERATOR_POD_LABELS", value_parser = parse_labels)]
     operator_pod_labels: Option<std::collections::BTreeMap<String, String>>,
-    /// Timeout of one node admin API call, in seconds.
-    #[arg(long, env = "SWITCHBOARD_OPERATOR_ADMIN_TIMEOUT_SECONDS", default_value_t = 5)]
+    /// Timeout of one node admin API call, in seconds (members are asked in parallel).
+    #[arg(long, env = "SWITCHBOARD_OPERATOR_ADMIN_TIMEOUT_SECONDS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=300))]
     admin_timeout_seconds: u64,
+    /// This replica's name, its identity in the leader lease.
+    #[arg(long, env = "POD_NAME")]
+    pod_name: Option<String>,
+    /// Name of the leader-election Lease in the operator's namespace. Without a namespace
+    /// (POD_NAMESPACE) the operator runs alone and elects nobody.
+    #[arg(long, env = "SWITCHBOARD_OPERATOR_LEASE_NAME", default_value = "switchboard-operator")]
+    lease_name: String,
+    /// How long the leader lease lasts without renewal, in seconds: how soon a standby takes
+    /// over from a replica that died.
+    #[arg(long, env = "SWITCHBOARD_OPERATOR_LEASE_SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(5..=300))]
+    lease_seconds: u64,
+    /// `/healthz` fails (and the kubelet restarts the replica) when one reconcile runs longer
+    /// than this many seconds.
+    #[arg(long, env = "SWITCHBOARD_OPERATOR_STUCK_AFTER_SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(30..))]
+    stuck_after_seconds: u64,
     /// Log format on stderr.
     #[arg(long, env = "SWITCHBOARD_OPERATOR_LOG_FORMAT", default_value = "json", value_parser = ["json", "text"])]
     log_format: String,
@@ -80,6 +95,12 @@ fn main() -> ExitCode {
         Command::Render { file, namespace, cluster_domain } => render(&file, &namespace, cluster_domain),
         Command::Run(args) => {
             init_tracing(&args.log_format);
+            let lease = args.operator_namespace.clone().map(|namespace| LeaseConfig {
+                namespace,
+                name: args.lease_name.clone(),
+                identity: args.pod_name.clone().unwrap_or_else(|| format!("switchboard-operator-{:016x}", rand::random::<u64>())),
+                duration: std::time::Duration::from_secs(args.lease_seconds),
+            });
             let operator = match (args.operator_namespace, args.operator_pod_labels) {
                 (Some(namespace), Some(labels)) if !labels.is_empty() => Some(OperatorPods { namespace, labels }),
                 _ => None,
@@ -89,6 +110,8 @@ fn main() -> ExitCode {
                 cluster_domain: args.cluster_domain,
                 operator,
                 admin_timeout: std::time::Duration::from_secs(args.admin_timeout_seconds),
+                lease,
+                stuck_after: std::time::Duration::from_secs(args.stuck_after_seconds),
             };
             match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
                 Ok(rt) => rt.block_on(run(config)),

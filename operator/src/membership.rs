@@ -40,6 +40,15 @@ pub enum Step {
 }
 
 impl Step {
+    /// The step's name in metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Step::AddLearner { .. } => "add_learner",
+            Step::Promote { .. } => "promote",
+            Step::Remove { .. } => "remove",
+        }
+    }
+
     /// The member the step is about.
     pub fn id(&self) -> u64 {
         match self {
@@ -140,27 +149,29 @@ pub trait AdminApi: Send + Sync {
     async fn remove(&self, addr: &str, secret: &str, id: u64) -> Result<()>;
 }
 
-/// The status as the leader sees it (only the leader knows replication lag): ask the members
-/// in order until one answers, then its leader.
+/// The status as the leader sees it (only the leader knows replication lag and who it hears
+/// from): every member is asked at once (a dead one costs one timeout, not one per member in
+/// turn); the leader's own answer wins, else the leader named by the answers is asked.
 pub async fn observe(admin: &dyn AdminApi, addresses: &[(u64, String)], secret: &str) -> Result<ClusterStatus> {
+    let answers = futures::future::join_all(addresses.iter().map(|(_, addr)| admin.status(addr, secret))).await;
     let mut last_error = Error::Admin("no member addresses".into());
-    for (_, addr) in addresses {
-        match admin.status(addr, secret).await {
-            Ok(status) => {
-                let Some(leader) = status.leader else { return Ok(status) };
-                if leader == status.node_id {
-                    return Ok(status);
-                }
-                let leader_addr = status.members.get(&leader).cloned();
-                return match leader_addr {
-                    Some(a) => Ok(admin.status(&a, secret).await.unwrap_or(status)),
-                    None => Ok(status),
-                };
-            }
+    let mut views = Vec::new();
+    for answer in answers {
+        match answer {
+            Ok(status) => views.push(status),
             Err(e) => last_error = e,
         }
     }
-    Err(last_error)
+    if let Some(own) = views.iter().position(|s| s.leader == Some(s.node_id)) {
+        return Ok(views.swap_remove(own));
+    }
+    // Followers only: ask the leader they name (it may not be among the addresses, or it
+    // answered late), else keep a follower's view.
+    let Some(first) = views.into_iter().max_by_key(|s| (s.leader.is_some(), s.term)) else { return Err(last_error) };
+    match first.leader.and_then(|l| first.members.get(&l).cloned()) {
+        Some(addr) => Ok(admin.status(&addr, secret).await.unwrap_or(first)),
+        None => Ok(first),
+    }
 }
 
 /// Carry out the plan's step through the leader (or any member, which forwards it). Returns a

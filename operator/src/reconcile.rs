@@ -15,14 +15,15 @@
 //!
 //! Errors are returned to the controller, whose [`error_policy`] requeues the object.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource, ResourceExt};
@@ -39,6 +40,7 @@ use crate::builders::{
 use crate::crd::MemberRole;
 use crate::crd::{McpServer, McpServerStatus, condition};
 use crate::membership::{self, AdminApi, Plan};
+use crate::metrics::Metrics;
 use crate::{Error, FIELD_MANAGER, Note, Result, validate};
 
 /// What every reconcile shares.
@@ -48,26 +50,95 @@ pub struct Context {
     pub settings: Settings,
     /// The node admin API, through which every scale changes Raft membership first.
     pub admin: Arc<dyn AdminApi>,
+    pub metrics: Arc<Metrics>,
     /// How long to wait before looking again while something is in progress.
     pub progress_interval: Duration,
     /// How long to wait before looking again when all is settled.
     pub settled_interval: Duration,
+    /// Failed reconciles in a row, per McpServer (`namespace/name`): the backoff's exponent.
+    failures: Mutex<HashMap<String, u32>>,
+    /// When each reconcile under way started (`namespace/name`): one running for too long means
+    /// the controller is stuck (see [`Context::stuck`]).
+    running: Mutex<HashMap<String, Instant>>,
 }
 
 impl Context {
-    pub fn new(client: Client, recorder: Recorder, settings: Settings, admin: Arc<dyn AdminApi>) -> Self {
-        Self { client, recorder, settings, admin, progress_interval: Duration::from_secs(5), settled_interval: Duration::from_secs(300) }
+    pub fn new(client: Client, recorder: Recorder, settings: Settings, admin: Arc<dyn AdminApi>, metrics: Arc<Metrics>) -> Self {
+        Self {
+            client,
+            recorder,
+            settings,
+            admin,
+            metrics,
+            progress_interval: Duration::from_secs(5),
+            settled_interval: Duration::from_secs(300),
+            failures: Mutex::default(),
+            running: Mutex::default(),
+        }
+    }
+
+    /// A reconcile that has run for longer than `limit`, if any: `(namespace/name, how long)`.
+    pub fn stuck(&self, limit: Duration) -> Option<(String, Duration)> {
+        let running = self.running.lock().unwrap();
+        running
+            .iter()
+            .map(|(key, started)| (key.clone(), started.elapsed()))
+            .filter(|(_, took)| *took > limit)
+            .max_by_key(|(_, took)| *took)
     }
 }
 
-/// The controller's error policy: log, and try again after a short wait.
-pub fn error_policy(mcp: Arc<McpServer>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(mcpserver = %mcp.name_any(), namespace = ?mcp.namespace(), error = %error, kind = error.label(), "reconcile failed; requeued");
-    Action::requeue(Duration::from_secs(15))
+/// The first wait after a failure of `kind`, doubled after each further failure in a row, up to
+/// [`MAX_BACKOFF`]: an API server hiccup is retried soon, a node that refuses a membership call a
+/// little later, anything else (a bug, a serialization failure) slowly.
+pub fn backoff(kind: &str, failures_in_a_row: u32) -> Duration {
+    let first = match kind {
+        "kube" => Duration::from_secs(2),
+        "admin" => Duration::from_secs(5),
+        _ => Duration::from_secs(15),
+    };
+    first.saturating_mul(1 << failures_in_a_row.saturating_sub(1).min(10)).min(MAX_BACKOFF)
 }
 
-/// Reconcile one `McpServer`.
+/// The longest wait between two attempts at a failing McpServer.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+fn key_of(mcp: &McpServer) -> String {
+    format!("{}/{}", mcp.namespace().unwrap_or_default(), mcp.name_any())
+}
+
+/// The controller's error policy: log, and try again after a backoff that grows with each
+/// failure in a row (see [`backoff`]).
+pub fn error_policy(mcp: Arc<McpServer>, error: &Error, ctx: Arc<Context>) -> Action {
+    let failures = {
+        let mut failures = ctx.failures.lock().unwrap();
+        let n = failures.entry(key_of(&mcp)).or_insert(0);
+        *n += 1;
+        *n
+    };
+    let wait = backoff(error.label(), failures);
+    tracing::warn!(mcpserver = %mcp.name_any(), namespace = ?mcp.namespace(), error = %error, kind = error.label(), failures, retry_in_s = wait.as_secs(), "reconcile failed; requeued");
+    Action::requeue(wait)
+}
+
+/// Reconcile one `McpServer`: [`reconcile_once`], timed and counted, watched for getting stuck.
 pub async fn reconcile(mcp: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action> {
+    let key = key_of(&mcp);
+    let started = Instant::now();
+    ctx.running.lock().unwrap().insert(key.clone(), started);
+    let result = reconcile_once(mcp, ctx.clone()).await;
+    ctx.running.lock().unwrap().remove(&key);
+    match &result {
+        Ok(_) => {
+            ctx.failures.lock().unwrap().remove(&key);
+            ctx.metrics.reconciled("ok", started.elapsed());
+        }
+        Err(e) => ctx.metrics.reconciled(e.label(), started.elapsed()),
+    }
+    result
+}
+
+async fn reconcile_once(mcp: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action> {
     let target = Target::new(&mcp)?;
     let now = Timestamp::now();
     if let Err(Error::InvalidSpec(message)) = validate::validate(&mcp) {
@@ -111,12 +182,38 @@ async fn wait_for_secret(
 /// What the reconcile found before applying anything.
 struct Existing {
     statefulset: Option<StatefulSet>,
+    pods: Vec<Pod>,
 }
 
 impl Existing {
     async fn read(client: &Client, target: &Target<'_>) -> Result<Self> {
         let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), &target.namespace);
-        Ok(Self { statefulset: statefulsets.get_opt(&target.name).await? })
+        let statefulset = statefulsets.get_opt(&target.name).await?;
+        let pods = match &statefulset {
+            Some(_) => {
+                let pods: Api<Pod> = Api::namespaced(client.clone(), &target.namespace);
+                pods.list(&ListParams::default().labels(&target.selector_string())).await?.items
+            }
+            None => Vec::new(),
+        };
+        Ok(Self { statefulset, pods })
+    }
+
+    /// Ordinals of the pods that exist and are not ready (a pod not created yet is the node
+    /// status's business).
+    fn not_ready_members(&self, name: &str) -> std::collections::BTreeSet<u64> {
+        self.pods
+            .iter()
+            .filter_map(|pod| {
+                let ordinal: u64 = pod.metadata.name.as_deref()?.strip_prefix(name)?.strip_prefix('-')?.parse().ok()?;
+                let ready = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                (!ready).then_some(ordinal)
+            })
+            .collect()
     }
 
     fn initial_members(&self, mcp: &McpServer) -> i32 {
@@ -229,7 +326,9 @@ async fn scale_membership(ctx: &Context, mcp: &McpServer, target: &Target<'_>, e
     let addresses: Vec<(u64, String)> =
         (0..current.max(mcp.spec.replicas)).map(|i| (i as u64, target.peer_address(i, &ctx.settings))).collect();
     match membership::observe(admin.as_ref(), &addresses, cluster_secret).await {
-        Ok(status) => {
+        Ok(mut status) => {
+            // A member whose pod is not ready is not counted on, whatever the leader last heard.
+            status.not_ready = existing.not_ready_members(&target.name);
             let plan = membership::plan(mcp.spec.replicas, current, &status);
             rollout.replicas = plan.statefulset_replicas;
             let executed = membership::execute(admin.as_ref(), &plan, &status, &addresses, cluster_secret).await;
@@ -260,6 +359,7 @@ async fn report_membership(
     let pod = plan.step.as_ref().map(|s| format!("{}-{}", target.name, s.id()));
     match executed {
         Err(e) => {
+            ctx.metrics.membership_step("failed");
             // A refused call (a learner fell behind again, a leader change) is retried on the
             // next pass; the children are still applied on this one.
             let failed = Note::new("MembershipCallFailed", e.to_string());
@@ -267,11 +367,15 @@ async fn report_membership(
             Some(failed)
         }
         Ok(Some(done)) => {
+            if let Some(step) = &plan.step {
+                ctx.metrics.membership_step(step.label());
+            }
             publish_about(ctx, mcp, EventType::Normal, "Membership", &done, pod).await;
             Some(Note::new("Scaling", done.message))
         }
         Ok(None) => match (&plan.refusal, &plan.waiting) {
             (Some(refusal), _) => {
+                ctx.metrics.membership_step("refused");
                 let refused = Note::new("ScaleRefused", refusal.clone());
                 publish(ctx, mcp, EventType::Warning, "Membership", &refused).await;
                 Some(refused)
@@ -358,6 +462,7 @@ async fn write_status(
     now: Timestamp,
 ) -> Result<Action> {
     let Membership { cluster, note, rollout: _ } = membership;
+    ctx.metrics.cluster(&target.namespace, &target.name, cluster.as_ref().map(|(status, _)| status));
     let mut observed = Observed::from_statefulset(applied, mcp.spec.replicas, note);
     if let Some((status, _)) = &cluster {
         // Only the leader's view knows who acknowledges it; a follower's would call all down.

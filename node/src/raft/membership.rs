@@ -109,6 +109,8 @@ impl RaftNode {
             replication_lag,
             last_contact_ms,
             silent_after_ms: self.config.election_timeout.as_millis() as u64,
+            // The operator's to fill from pod readiness.
+            not_ready: BTreeSet::new(),
             pending_mailboxes,
             sessions,
         }

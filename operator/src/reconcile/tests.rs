@@ -257,7 +257,46 @@ async fn api_errors_are_returned_so_the_controller_requeues() {
     let error = reconcile(Arc::new(mcp.clone()), ctx.clone()).await.unwrap_err();
     assert!(matches!(error, Error::Kube(_)), "{error:?}");
     assert_eq!(error.label(), "kube");
-    assert_eq!(error_policy(Arc::new(mcp), &error, ctx), Action::requeue(Duration::from_secs(15)));
+    // Backoff: 2 s for an API failure, doubling with each failure in a row.
+    let mcp = Arc::new(mcp);
+    assert_eq!(error_policy(mcp.clone(), &error, ctx.clone()), Action::requeue(Duration::from_secs(2)));
+    assert_eq!(error_policy(mcp.clone(), &error, ctx.clone()), Action::requeue(Duration::from_secs(4)));
+    assert_eq!(error_policy(mcp.clone(), &error, ctx.clone()), Action::requeue(Duration::from_secs(8)));
+    assert!(ctx.metrics.encode().contains("switchboard_operator_reconcile_errors_total{kind=\"kube\"} 1"));
+    // A success starts the count again.
+    fake.clear_failures();
+    reconcile(mcp.clone(), ctx.clone()).await.unwrap();
+    assert_eq!(error_policy(mcp, &error, ctx), Action::requeue(Duration::from_secs(2)));
+}
+
+#[test]
+fn backoff_depends_on_the_kind_and_grows_to_a_cap() {
+    assert_eq!(backoff("kube", 1), Duration::from_secs(2));
+    assert_eq!(backoff("admin", 1), Duration::from_secs(5));
+    assert_eq!(backoff("admin", 3), Duration::from_secs(20));
+    assert_eq!(backoff("serialization", 1), Duration::from_secs(15));
+    assert_eq!(backoff("kube", 30), MAX_BACKOFF);
+    assert_eq!(backoff("kube", 0), Duration::from_secs(2), "the first failure");
+}
+
+#[tokio::test]
+async fn a_reconcile_that_runs_too_long_is_reported_stuck() {
+    let admin = RecordedAdmin::formed("demo", 3);
+    let (ctx, fake) = Context::test(admin.clone());
+    let mcp = McpServer::test();
+    store(&fake, &mcp);
+    reconcile(Arc::new(mcp.clone()), ctx.clone()).await.unwrap();
+    assert_eq!(ctx.stuck(Duration::ZERO), None, "nothing runs between reconciles");
+    // A reconcile blocked in a call that never returns.
+    settle(&fake, 3);
+    *admin.hang.lock().unwrap() = true;
+    let hung = tokio::spawn(reconcile(Arc::new(stored(&fake, &mcp)), ctx.clone()));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (key, took) = ctx.stuck(Duration::from_millis(20)).expect("reported");
+    assert_eq!(key, "tools/demo");
+    assert!(took >= Duration::from_millis(20));
+    assert_eq!(ctx.stuck(Duration::from_secs(60)), None, "not yet past a longer limit");
+    hung.abort();
 }
 
 #[tokio::test]
@@ -518,4 +557,33 @@ async fn a_changed_secret_rolls_the_pods_and_an_unchanged_one_does_not() {
     reconcile(Arc::new(stored(&fake, &mcp)), ctx).await.unwrap();
     assert_ne!(template_hash(&fake), before, "the pods roll to read it");
     assert!(fake.event_reasons().contains(&"SecretChanged".to_string()), "{:?}", fake.event_reasons());
+}
+
+#[tokio::test]
+async fn a_member_whose_pod_is_not_ready_does_not_count_for_a_scale_down() {
+    let admin = RecordedAdmin::formed("demo", 3);
+    let (ctx, fake) = Context::test(admin.clone());
+    let mcp = McpServer::test();
+    store(&fake, &mcp);
+    reconcile(Arc::new(mcp.clone()), ctx.clone()).await.unwrap();
+    settle(&fake, 3);
+    // The leader still hears from node 1, but its pod is not ready (it is catching up, or
+    // draining).
+    for (i, ready) in [(0, "True"), (1, "False"), (2, "True")] {
+        fake.put(
+            &format!("/api/v1/namespaces/tools/pods/demo-{i}"),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("demo-{i}"), "namespace": "tools",
+                "labels": {"app.kubernetes.io/name": "switchboard", "app.kubernetes.io/instance": "demo"}},
+                "status": {"conditions": [{"type": "Ready", "status": ready}]}}),
+        );
+    }
+    let smaller = stored(&fake, &mcp).replicas(2).generation(2);
+    store(&fake, &smaller);
+    reconcile(Arc::new(stored(&fake, &smaller)), ctx.clone()).await.unwrap();
+    assert!(admin.calls().is_empty(), "{:?}", admin.calls());
+    let now = stored(&fake, &smaller);
+    let progressing = condition(&now, "Progressing");
+    assert_eq!(progressing.reason, "ScaleRefused");
+    assert!(progressing.message.ends_with("(member 1: pod not ready)"), "{}", progressing.message);
+    assert!(ctx.metrics.encode().contains("switchboard_operator_membership_steps_total{step=\"refused\"} 1"));
 }
