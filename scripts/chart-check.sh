@@ -108,6 +108,9 @@ check "switchboard-operator crd equals crds/mcpserver.yaml" \
 check "operator renders the example McpServer" \
     bash -c '"$1" render "$2" --namespace mcp > "$3"' _ "$operator" "$CHART/examples/mcpserver.yaml" "$out/children.yaml"
 check "kubernetes-validate --strict $K8S_VERSION (operator children)" validate "$out/children.yaml"
+check "operator renders an McpServer with every field set" \
+    bash -c '"$1" render "$2" > "$3"' _ "$operator" "$CHART/ci/mcpserver-all-fields.yaml" "$out/children-all.yaml"
+check "kubernetes-validate --strict $K8S_VERSION (children of every field)" validate "$out/children-all.yaml"
 
 echo "chart-check: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -6,7 +6,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Affinity, EnvVar, ResourceRequirements, Toleration};
+use k8s_openapi::api::core::v1::{
+    Affinity, EnvFromSource, EnvVar, LocalObjectReference, PodSecurityContext, ResourceRequirements, SecurityContext, Toleration,
+    TopologySpreadConstraint, Volume, VolumeMount,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
@@ -36,6 +39,30 @@ pub const RAFT_TIMING_RULE: &str = concat!(
     cel_duration!("self.electionTimeout")
 );
 
+/// Pod labels the operator sets itself (its selector and bookkeeping).
+pub const RESERVED_POD_LABELS: [&str; 4] =
+    ["app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/managed-by", "app.kubernetes.io/component"];
+/// The CEL rule of `spec.podLabels`.
+pub const POD_LABELS_RULE: &str = "self.all(k, !(k in ['app.kubernetes.io/name', 'app.kubernetes.io/instance', 'app.kubernetes.io/managed-by', 'app.kubernetes.io/component']))";
+pub const POD_LABELS_MESSAGE: &str =
+    "podLabels cannot set app.kubernetes.io/name, instance, managed-by or component: the operator's selector uses them";
+/// Volume names the operator uses.
+pub const RESERVED_VOLUMES: [&str; 3] = ["data", "secret", "tmp"];
+/// The CEL rule of `spec.volumes`.
+pub const VOLUMES_RULE: &str = "self.all(v, !(v.name in ['data', 'secret', 'tmp']))";
+pub const VOLUMES_MESSAGE: &str = "volumes cannot be called data, secret or tmp: the operator's volumes use those names";
+/// Paths the operator mounts.
+pub const RESERVED_MOUNT_PATHS: [&str; 3] = ["/var/lib/switchboard", "/etc/switchboard/secret", "/tmp"];
+/// The CEL rule of `spec.volumeMounts`.
+pub const VOLUME_MOUNTS_RULE: &str = "self.all(m, !(m.mountPath in ['/var/lib/switchboard', '/etc/switchboard/secret', '/tmp']) && !m.mountPath.startsWith('/var/lib/switchboard/') && !m.mountPath.startsWith('/etc/switchboard/secret/') && !(m.name in ['data', 'secret', 'tmp']))";
+pub const VOLUME_MOUNTS_MESSAGE: &str =
+    "volumeMounts cannot mount over /var/lib/switchboard, /etc/switchboard/secret or /tmp, nor mount the operator's volumes";
+/// The CEL rule of `spec.service`: the traffic policy needs a NodePort or LoadBalancer, source
+/// ranges a LoadBalancer.
+pub const SERVICE_RULE: &str = "(!has(self.externalTrafficPolicy) || (has(self.type) && self.type != 'ClusterIP')) && (!has(self.loadBalancerSourceRanges) || size(self.loadBalancerSourceRanges) == 0 || (has(self.type) && self.type == 'LoadBalancer'))";
+pub const SERVICE_MESSAGE: &str =
+    "service.externalTrafficPolicy needs type NodePort or LoadBalancer, and service.loadBalancerSourceRanges type LoadBalancer";
+
 /// Desired state of a switchboard cluster: a Raft group of `replicas` MCP server nodes behind a
 /// Service.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -45,6 +72,7 @@ pub const RAFT_TIMING_RULE: &str = concat!(
     kind = "McpServer",
     plural = "mcpservers",
     shortname = "mcps",
+    category = "switchboard",
     namespaced,
     status = "McpServerStatus",
     doc = "A clustered MCP server: replicas of `switchboard serve` forming one Raft group",
@@ -99,6 +127,54 @@ pub struct McpServerSpec {
     /// Affinity of the node pods. Without it, pods prefer to spread over hosts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<Affinity>,
+    /// How the node pods spread over zones or hosts (as in a pod spec).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
+    /// Priority class of the node pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub priority_class_name: Option<String>,
+    /// Secrets the kubelet pulls the node image with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+    /// Service account of the node pods (they never call the Kubernetes API, so its token is not
+    /// mounted). Without it: the namespace's `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub service_account_name: Option<String>,
+    /// Extra annotations of the node pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_annotations: BTreeMap<String, String>,
+    /// Extra labels of the node pods; the operator's own (`app.kubernetes.io/name`, `instance`,
+    /// `managed-by`, `component`) cannot be set here.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[x_kube(validation = Rule::new(POD_LABELS_RULE).message(POD_LABELS_MESSAGE))]
+    pub pod_labels: BTreeMap<String, String>,
+    /// Replaces the pod security context (default: user and group 65532, non-root,
+    /// `RuntimeDefault` seccomp).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_security_context: Option<PodSecurityContext>,
+    /// Replaces the node container's security context (default: non-root 65532, read-only root
+    /// filesystem, no privilege escalation, every capability dropped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<SecurityContext>,
+    /// Environment variables from Secrets and ConfigMaps. Variables the operator sets win.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub env_from: Vec<EnvFromSource>,
+    /// Extra volumes of the node pods (`data`, `secret` and `tmp` are the operator's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    #[x_kube(validation = Rule::new(VOLUMES_RULE).message(VOLUMES_MESSAGE))]
+    pub volumes: Vec<Volume>,
+    /// Extra mounts of the node container, of volumes listed in `volumes`, never over the
+    /// operator's paths (`/var/lib/switchboard`, `/etc/switchboard/secret`, `/tmp`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    #[x_kube(validation = Rule::new(VOLUME_MOUNTS_RULE).message(VOLUME_MOUNTS_MESSAGE))]
+    pub volume_mounts: Vec<VolumeMount>,
     /// A Secret holding the cluster secret (key `cluster-secret`) and the id-encryption key (key
     /// `encryption-key`, 64 hex characters). Without it the operator generates one, once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -276,6 +352,7 @@ pub struct SecretRef {
 /// The client-facing Service.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(SERVICE_RULE).message(SERVICE_MESSAGE))]
 pub struct ServiceSettings {
     /// Service type.
     #[serde(default, rename = "type")]
@@ -284,6 +361,32 @@ pub struct ServiceSettings {
     #[serde(default = "default_service_port")]
     #[schemars(range(min = 1, max = 65535))]
     pub port: i32,
+    /// Annotations of the client Service (a cloud load balancer's settings, say).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// `Cluster` or `Local` (keeps client source addresses); NodePort and LoadBalancer only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_traffic_policy: Option<TrafficPolicy>,
+    /// CIDRs allowed to reach a LoadBalancer Service (`203.0.113.0/24`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(max = 43)))]
+    pub load_balancer_source_ranges: Vec<String>,
+}
+
+/// `spec.service.externalTrafficPolicy`.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TrafficPolicy {
+    Cluster,
+    Local,
+}
+
+impl TrafficPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrafficPolicy::Cluster => "Cluster",
+            TrafficPolicy::Local => "Local",
+        }
+    }
 }
 
 fn default_service_port() -> i32 {
@@ -292,7 +395,13 @@ fn default_service_port() -> i32 {
 
 impl Default for ServiceSettings {
     fn default() -> Self {
-        Self { type_: ServiceType::default(), port: default_service_port() }
+        Self {
+            type_: ServiceType::default(),
+            port: default_service_port(),
+            annotations: BTreeMap::new(),
+            external_traffic_policy: None,
+            load_balancer_source_ranges: Vec::new(),
+        }
     }
 }
 
@@ -404,6 +513,7 @@ mod tests {
         assert_eq!(crd.spec.names.kind, "McpServer");
         assert_eq!(crd.spec.names.plural, "mcpservers");
         assert_eq!(crd.spec.names.short_names, Some(vec!["mcps".to_string()]));
+        assert_eq!(crd.spec.names.categories, Some(vec!["switchboard".to_string()]), "kubectl get switchboard lists them");
         let version = &crd.spec.versions[0];
         assert_eq!(version.name, "v1alpha1");
         let sub = version.subresources.as_ref().unwrap();
@@ -438,6 +548,32 @@ mod tests {
     fn cel_accepts_defaults_and_every_field_set() {
         assert_eq!(cel_messages(&McpServer::test()), Vec::<String>::new());
         assert_eq!(cel_messages(&McpServer::fully_specified()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn cel_guards_the_operators_labels_volumes_paths_and_service_options() {
+        let with = |fields: serde_json::Value| {
+            let mut value = serde_json::to_value(McpServer::test()).unwrap();
+            for (k, v) in fields.as_object().unwrap() {
+                value["spec"][k] = v.clone();
+            }
+            serde_json::from_value::<McpServer>(value).unwrap()
+        };
+        let cases = [
+            (serde_json::json!({"podLabels": {"app.kubernetes.io/name": "x"}}), POD_LABELS_MESSAGE),
+            (serde_json::json!({"volumes": [{"name": "secret", "emptyDir": {}}]}), VOLUMES_MESSAGE),
+            (serde_json::json!({"volumeMounts": [{"name": "x", "mountPath": "/tmp"}]}), VOLUME_MOUNTS_MESSAGE),
+            (serde_json::json!({"volumeMounts": [{"name": "x", "mountPath": "/etc/switchboard/secret/extra"}]}), VOLUME_MOUNTS_MESSAGE),
+            (serde_json::json!({"volumeMounts": [{"name": "data", "mountPath": "/opt/data"}]}), VOLUME_MOUNTS_MESSAGE),
+            (serde_json::json!({"service": {"type": "ClusterIP", "externalTrafficPolicy": "Local"}}), SERVICE_MESSAGE),
+            (serde_json::json!({"service": {"type": "NodePort", "loadBalancerSourceRanges": ["10.0.0.0/8"]}}), SERVICE_MESSAGE),
+        ];
+        for (fields, message) in cases {
+            assert_eq!(cel_messages(&with(fields.clone())), vec![message.to_string()], "{fields}");
+        }
+        let fine = serde_json::json!({"podLabels": {"team": "a"}, "volumes": [{"name": "x", "emptyDir": {}}],
+            "volumeMounts": [{"name": "x", "mountPath": "/opt/x"}], "service": {"type": "NodePort", "externalTrafficPolicy": "Local"}});
+        assert_eq!(cel_messages(&with(fine)), Vec::<String>::new());
     }
 
     #[test]

@@ -51,7 +51,20 @@ impl McpServer {
                 "affinity": { "nodeAffinity": { "requiredDuringSchedulingIgnoredDuringExecution": { "nodeSelectorTerms": [
                     { "matchExpressions": [ { "key": "zone", "operator": "In", "values": ["a", "b"] } ] } ] } } },
                 "secretRef": { "name": "mcp-keys" },
-                "service": { "type": "LoadBalancer", "port": 443 },
+                "service": { "type": "LoadBalancer", "port": 443, "annotations": { "lb.example.com/internal": "true" },
+                    "externalTrafficPolicy": "Local", "loadBalancerSourceRanges": [ "203.0.113.0/24", "2001:db8::/32" ] },
+                "topologySpreadConstraints": [ { "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                    "whenUnsatisfiable": "DoNotSchedule", "labelSelector": { "matchLabels": { "app.kubernetes.io/instance": "full" } } } ],
+                "priorityClassName": "mcp-critical",
+                "imagePullSecrets": [ { "name": "registry-creds" } ],
+                "serviceAccountName": "mcp-nodes",
+                "podAnnotations": { "prometheus.io/scrape": "true" },
+                "podLabels": { "team": "platform" },
+                "podSecurityContext": { "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000, "runAsNonRoot": true },
+                "securityContext": { "runAsUser": 1000, "readOnlyRootFilesystem": true, "allowPrivilegeEscalation": false },
+                "envFrom": [ { "secretRef": { "name": "tool-tokens" } }, { "configMapRef": { "name": "tool-settings" }, "prefix": "TOOL_" } ],
+                "volumes": [ { "name": "ca", "configMap": { "name": "corporate-ca" } } ],
+                "volumeMounts": [ { "name": "ca", "mountPath": "/etc/ssl/corporate", "readOnly": true } ],
                 "allowedHosts": [ "mcp.example.com" ],
                 "allowedOrigins": [ "https://app.example.com", "http://localhost:5173" ]
             }

@@ -12,12 +12,19 @@ use switchboard_contract::duration::parse_duration;
 use switchboard_contract::origin::{parse_allowed_host, parse_allowed_origin};
 
 use crate::builders::RESERVED_ENV;
-use crate::crd::McpServer;
+use crate::crd::{McpServer, RESERVED_MOUNT_PATHS, RESERVED_POD_LABELS, RESERVED_VOLUMES, ServiceType};
 use crate::{Error, Result};
 
 /// Longest `metadata.name`: pods are `NAME-ORDINAL` and the StatefulSet's revision label adds a
 /// hash, all within a 63-character label value.
 pub const MAX_NAME_LEN: usize = 52;
+
+/// `address/prefix`, IPv4 or IPv6, the prefix within the address's length.
+fn is_cidr(text: &str) -> bool {
+    let Some((address, prefix)) = text.split_once('/') else { return false };
+    let (Ok(address), Ok(prefix)) = (address.parse::<std::net::IpAddr>(), prefix.parse::<u8>()) else { return false };
+    prefix <= if address.is_ipv4() { 32 } else { 128 }
+}
 
 /// Check an `McpServer`; `Err(Error::InvalidSpec)` lists every problem, separated by `; `.
 pub fn validate(mcp: &McpServer) -> Result<()> {
@@ -93,6 +100,43 @@ pub fn problems(mcp: &McpServer) -> Vec<String> {
     if !(1..=65535).contains(&spec.service.port) {
         out.push(format!("spec.service.port {} is outside 1-65535", spec.service.port));
     }
+    for key in spec.pod_labels.keys() {
+        if RESERVED_POD_LABELS.contains(&key.as_str()) {
+            out.push(format!("spec.podLabels sets {key}, which the operator's selector uses"));
+        }
+    }
+    let mut volumes = BTreeSet::new();
+    for volume in &spec.volumes {
+        if RESERVED_VOLUMES.contains(&volume.name.as_str()) {
+            out.push(format!("spec.volumes has a volume called {}, a name the operator uses", volume.name));
+        } else if !volumes.insert(volume.name.as_str()) {
+            out.push(format!("spec.volumes has two volumes called {}", volume.name));
+        }
+    }
+    for mount in &spec.volume_mounts {
+        let path = mount.mount_path.trim_end_matches('/');
+        if RESERVED_MOUNT_PATHS
+            .iter()
+            .any(|reserved| path == *reserved || (*reserved != "/tmp" && path.starts_with(&format!("{reserved}/"))))
+        {
+            out.push(format!("spec.volumeMounts mounts {} over a path the operator uses", mount.mount_path));
+        }
+        if !volumes.contains(mount.name.as_str()) {
+            out.push(format!("spec.volumeMounts mounts {}, which is not in spec.volumes", mount.name));
+        }
+    }
+    let service = &spec.service;
+    if service.external_traffic_policy.is_some() && service.type_ == ServiceType::ClusterIP {
+        out.push("spec.service.externalTrafficPolicy needs type NodePort or LoadBalancer".into());
+    }
+    if !service.load_balancer_source_ranges.is_empty() && service.type_ != ServiceType::LoadBalancer {
+        out.push("spec.service.loadBalancerSourceRanges needs type LoadBalancer".into());
+    }
+    for range in &service.load_balancer_source_ranges {
+        if !is_cidr(range) {
+            out.push(format!("spec.service.loadBalancerSourceRanges entry {range:?} is not a CIDR such as 203.0.113.0/24"));
+        }
+    }
     for (i, host) in spec.allowed_hosts.iter().enumerate() {
         if let Err(e) = parse_allowed_host(host) {
             out.push(format!("spec.allowedHosts[{i}]: {e}"));
@@ -152,6 +196,7 @@ mod tests {
 mod spec_tests {
     use super::*;
     use crate::crd::McpServer;
+    use serde_json::json;
 
     fn message(mcp: &McpServer) -> String {
         match validate(mcp) {
@@ -166,11 +211,39 @@ mod spec_tests {
         assert_eq!(problems(&McpServer::fully_specified()), Vec::<String>::new());
     }
 
+    /// The test McpServer with `fields` merged into its spec.
+    fn with(fields: serde_json::Value) -> McpServer {
+        let mut value = serde_json::to_value(McpServer::test()).unwrap();
+        for (k, v) in fields.as_object().unwrap() {
+            value["spec"][k] = v.clone();
+        }
+        serde_json::from_value(value).unwrap()
+    }
+
     #[test]
     fn invalid_specs_are_refused_with_clear_messages() {
         let cases: Vec<(McpServer, &str)> = vec![
             (McpServer::test().replicas(0), "spec.replicas is 0, but at least 1 is needed"),
             (McpServer::test().image(""), "spec.image is empty"),
+            (with(json!({"podLabels": {"app.kubernetes.io/instance": "other"}})), "spec.podLabels sets app.kubernetes.io/instance"),
+            (with(json!({"volumes": [{"name": "data", "emptyDir": {}}]})), "a volume called data, a name the operator uses"),
+            (with(json!({"volumes": [{"name": "x", "emptyDir": {}}, {"name": "x", "emptyDir": {}}]})), "two volumes called x"),
+            (
+                with(
+                    json!({"volumes": [{"name": "x", "emptyDir": {}}], "volumeMounts": [{"name": "x", "mountPath": "/var/lib/switchboard/raft"}]}),
+                ),
+                "mounts /var/lib/switchboard/raft over a path the operator uses",
+            ),
+            (with(json!({"volumeMounts": [{"name": "nope", "mountPath": "/opt/x"}]})), "mounts nope, which is not in spec.volumes"),
+            (with(json!({"service": {"externalTrafficPolicy": "Local"}})), "externalTrafficPolicy needs type NodePort or LoadBalancer"),
+            (
+                with(json!({"service": {"type": "NodePort", "loadBalancerSourceRanges": ["10.0.0.0/8"]}})),
+                "loadBalancerSourceRanges needs type LoadBalancer",
+            ),
+            (
+                with(json!({"service": {"type": "LoadBalancer", "loadBalancerSourceRanges": ["10.0.0.0/33"]}})),
+                "\"10.0.0.0/33\" is not a CIDR",
+            ),
             (
                 {
                     let mut short = McpServer::test();

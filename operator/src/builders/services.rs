@@ -36,12 +36,17 @@ pub fn peer_service(target: &Target) -> Service {
 /// node serves any session).
 pub fn client_service(target: &Target) -> Service {
     let settings = &target.mcp.spec.service;
+    let mut metadata = target.meta(target.name.clone());
+    metadata.annotations = (!settings.annotations.is_empty()).then(|| settings.annotations.clone());
     Service {
-        metadata: target.meta(target.name.clone()),
+        metadata,
         spec: Some(ServiceSpec {
             type_: Some(settings.type_.as_str().into()),
             selector: Some(target.selector_labels()),
             ports: Some(vec![ServicePort { app_protocol: Some("http".into()), ..port("mcp", settings.port, MCP_PORT) }]),
+            external_traffic_policy: settings.external_traffic_policy.map(|p| p.as_str().into()),
+            load_balancer_source_ranges: (!settings.load_balancer_source_ranges.is_empty())
+                .then(|| settings.load_balancer_source_ranges.clone()),
             ..ServiceSpec::default()
         }),
         ..Service::default()

@@ -149,7 +149,7 @@ pub fn container(target: &Target, settings: &Settings, rollout: Rollout) -> Cont
         readiness_probe: Some(probe("/readyz", 5, 3)),
         liveness_probe: Some(probe("/healthz", 10, 6)),
         resources: spec.resources.clone(),
-        security_context: Some(SecurityContext {
+        security_context: Some(spec.security_context.clone().unwrap_or_else(|| SecurityContext {
             run_as_non_root: Some(true),
             run_as_user: Some(RUN_AS),
             run_as_group: Some(RUN_AS),
@@ -157,12 +157,19 @@ pub fn container(target: &Target, settings: &Settings, rollout: Rollout) -> Cont
             allow_privilege_escalation: Some(false),
             capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), add: None }),
             ..SecurityContext::default()
-        }),
-        volume_mounts: Some(vec![
-            VolumeMount { name: DATA_VOLUME.into(), mount_path: DATA_DIR.into(), ..VolumeMount::default() },
-            VolumeMount { name: "secret".into(), mount_path: SECRET_DIR.into(), read_only: Some(true), ..VolumeMount::default() },
-            VolumeMount { name: "tmp".into(), mount_path: "/tmp".into(), ..VolumeMount::default() },
-        ]),
+        })),
+        // `env` wins over `envFrom` in Kubernetes: the operator's variables stay.
+        env_from: (!spec.env_from.is_empty()).then(|| spec.env_from.clone()),
+        volume_mounts: Some(
+            [
+                VolumeMount { name: DATA_VOLUME.into(), mount_path: DATA_DIR.into(), ..VolumeMount::default() },
+                VolumeMount { name: "secret".into(), mount_path: SECRET_DIR.into(), read_only: Some(true), ..VolumeMount::default() },
+                VolumeMount { name: "tmp".into(), mount_path: "/tmp".into(), ..VolumeMount::default() },
+            ]
+            .into_iter()
+            .chain(spec.volume_mounts.iter().cloned())
+            .collect(),
+        ),
         ..Container::default()
     }
 }
@@ -194,10 +201,13 @@ pub fn pod_template(target: &Target, settings: &Settings, rollout: Rollout) -> P
     let spec = &target.mcp.spec;
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
-            labels: Some(target.labels()),
+            // The operator's labels and annotations last: they win over the spec's.
+            labels: Some(spec.pod_labels.clone().into_iter().chain(target.labels()).collect()),
             annotations: Some(
-                [(CONFIG_HASH_ANNOTATION.to_string(), config_hash(target))]
+                spec.pod_annotations
+                    .clone()
                     .into_iter()
+                    .chain([(CONFIG_HASH_ANNOTATION.to_string(), config_hash(target))])
                     .chain(target.secret_hash.clone().map(|hash| (SECRET_HASH_ANNOTATION.to_string(), hash)))
                     .collect(),
             ),
@@ -210,27 +220,36 @@ pub fn pod_template(target: &Target, settings: &Settings, rollout: Rollout) -> P
             // Service links would put variables such as SWITCHBOARD_PORT into the environment,
             // where the node reads its flags.
             enable_service_links: Some(false),
-            security_context: Some(PodSecurityContext {
+            security_context: Some(spec.pod_security_context.clone().unwrap_or_else(|| PodSecurityContext {
                 run_as_non_root: Some(true),
                 run_as_user: Some(RUN_AS),
                 run_as_group: Some(RUN_AS),
                 fs_group: Some(RUN_AS),
                 seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), localhost_profile: None }),
                 ..PodSecurityContext::default()
-            }),
+            })),
+            service_account_name: spec.service_account_name.clone(),
+            priority_class_name: spec.priority_class_name.clone(),
+            image_pull_secrets: (!spec.image_pull_secrets.is_empty()).then(|| spec.image_pull_secrets.clone()),
+            topology_spread_constraints: (!spec.topology_spread_constraints.is_empty()).then(|| spec.topology_spread_constraints.clone()),
             termination_grace_period_seconds: Some(target.mcp.spec.termination_grace_period_seconds),
-            volumes: Some(vec![
-                Volume {
-                    name: "secret".into(),
-                    secret: Some(SecretVolumeSource {
-                        secret_name: Some(target.secret_name()),
-                        default_mode: Some(0o440),
-                        ..SecretVolumeSource::default()
-                    }),
-                    ..Volume::default()
-                },
-                Volume { name: "tmp".into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Volume::default() },
-            ]),
+            volumes: Some(
+                vec![
+                    Volume {
+                        name: "secret".into(),
+                        secret: Some(SecretVolumeSource {
+                            secret_name: Some(target.secret_name()),
+                            default_mode: Some(0o440),
+                            ..SecretVolumeSource::default()
+                        }),
+                        ..Volume::default()
+                    },
+                    Volume { name: "tmp".into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Volume::default() },
+                ]
+                .into_iter()
+                .chain(spec.volumes.iter().cloned())
+                .collect(),
+            ),
             node_selector: (!spec.node_selector.is_empty()).then(|| spec.node_selector.clone()),
             tolerations: (!spec.tolerations.is_empty()).then(|| spec.tolerations.clone()),
             affinity: Some(affinity(target)),

@@ -283,6 +283,28 @@ fn every_field_set_reaches_the_statefulset() {
     assert_eq!(literal(&c, "SWITCHBOARD_DRAIN_TIMEOUT"), "320s");
     assert_eq!(literal(&c, "SWITCHBOARD_PEERS").split(',').count(), 5);
     assert!(literal(&c, "SWITCHBOARD_PEERS").starts_with("0=full-0.full-peers.prod.svc.cluster.local:7070,"));
+    // Placement, identity, security and extra configuration from the spec.
+    assert_eq!(pod["topologySpreadConstraints"][0]["topologyKey"], "topology.kubernetes.io/zone");
+    assert_eq!(pod["priorityClassName"], "mcp-critical");
+    assert_eq!(pod["imagePullSecrets"], json!([{"name": "registry-creds"}]));
+    assert_eq!(pod["serviceAccountName"], "mcp-nodes");
+    assert_eq!(pod["automountServiceAccountToken"], false, "the node never calls the API");
+    assert_eq!(pod["securityContext"], json!({"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000, "runAsNonRoot": true}));
+    let template = &spec["template"]["metadata"];
+    assert_eq!(template["annotations"]["prometheus.io/scrape"], "true");
+    assert!(template["annotations"][CONFIG_HASH_ANNOTATION].is_string(), "the operator's annotations stay");
+    assert_eq!(template["labels"]["team"], "platform");
+    assert_eq!(template["labels"]["app.kubernetes.io/instance"], "full");
+    let volumes: Vec<&str> = pod["volumes"].as_array().unwrap().iter().map(|v| v["name"].as_str().unwrap()).collect();
+    assert_eq!(volumes, vec!["secret", "tmp", "ca"]);
+    let container_json = &pod["containers"][0];
+    assert_eq!(
+        container_json["securityContext"],
+        json!({"runAsUser": 1000, "readOnlyRootFilesystem": true, "allowPrivilegeEscalation": false})
+    );
+    assert_eq!(container_json["envFrom"][1]["prefix"], "TOOL_");
+    let mounts: Vec<&str> = container_json["volumeMounts"].as_array().unwrap().iter().map(|m| m["mountPath"].as_str().unwrap()).collect();
+    assert_eq!(mounts, vec!["/var/lib/switchboard", "/etc/switchboard/secret", "/tmp", "/etc/ssl/corporate"]);
     // The user's variables come last, after the operator's.
     let env = c.env.unwrap();
     let tail: Vec<(&str, &str)> = env[env.len() - 2..].iter().map(|e| (e.name.as_str(), e.value.as_deref().unwrap())).collect();
@@ -380,6 +402,10 @@ fn client_service_takes_type_and_port_from_the_spec() {
     assert_eq!(full["spec"]["type"], "LoadBalancer");
     assert_eq!(full["spec"]["ports"][0]["port"], 443);
     assert_eq!(full["spec"]["ports"][0]["targetPort"], 8080);
+    assert_eq!(full["metadata"]["annotations"], json!({"lb.example.com/internal": "true"}));
+    assert_eq!(full["spec"]["externalTrafficPolicy"], "Local");
+    assert_eq!(full["spec"]["loadBalancerSourceRanges"], json!(["203.0.113.0/24", "2001:db8::/32"]));
+    assert!(svc["metadata"].get("annotations").is_none() && svc["spec"].get("externalTrafficPolicy").is_none());
 }
 
 #[test]
