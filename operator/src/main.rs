@@ -49,7 +49,7 @@ struct RunArgs {
     #[arg(long, env = "SWITCHBOARD_OPERATOR_POD_LABELS", value_parser = parse_labels)]
     operator_pod_labels: Option<std::collections::BTreeMap<String, String>>,
     /// Timeout of one node admin API call, in seconds (members are asked in parallel).
-    #[arg(long, env = "SWITCHBOARD_OPERATOR_ADMIN_TIMEOUT_SECONDS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=300))]
+    #[arg(long, env = "SWITCHBOARD_OPERATOR_ADMIN_TIMEOUT_SECONDS", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=300))]
     admin_timeout_seconds: u64,
     /// This replica's name, its identity in the leader lease.
     #[arg(long, env = "POD_NAME")]

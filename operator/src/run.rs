@@ -216,6 +216,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_node_pod_maps_to_its_mcpserver_and_a_secret_to_those_that_mount_it() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({"metadata": {"name": "demo-1", "namespace": "tools",
+            "labels": {"app.kubernetes.io/name": "switchboard", "app.kubernetes.io/instance": "demo"}}}))
+        .unwrap();
+        assert_eq!(pod_owner(&pod), Some(ObjectRef::new("demo").within("tools")));
+        let unlabelled: Pod = serde_json::from_value(serde_json::json!({"metadata": {"name": "x", "namespace": "tools"}})).unwrap();
+        assert_eq!(pod_owner(&unlabelled), None);
+
+        let generated = Arc::new(McpServer::test());
+        let referencing = Arc::new({
+            let mut m = McpServer::test().secret_ref("shared-keys");
+            m.metadata.name = Some("other".into());
+            m.metadata.uid = Some("7d3c8a8e-0000-4000-8000-0000000000ff".into());
+            m
+        });
+        let mcps = vec![generated, referencing];
+        let secret = |name: &str, namespace: &str| -> Secret {
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name, "namespace": namespace}})).unwrap()
+        };
+        assert_eq!(secret_users(&mcps, &secret("demo-secret", "tools")), vec![ObjectRef::new("demo").within("tools")]);
+        assert_eq!(secret_users(&mcps, &secret("shared-keys", "tools")), vec![ObjectRef::new("other").within("tools")]);
+        assert!(secret_users(&mcps, &secret("shared-keys", "elsewhere")).is_empty(), "another namespace's Secret");
+        assert!(secret_users(&mcps, &secret("unrelated", "tools")).is_empty());
+    }
+
+    #[test]
     fn labels_parse() {
         let labels = parse_labels("app.kubernetes.io/name=switchboard-operator, app.kubernetes.io/instance=ops").unwrap();
         assert_eq!(labels.len(), 2);
