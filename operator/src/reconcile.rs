@@ -121,7 +121,8 @@ pub fn error_policy(mcp: Arc<McpServer>, error: &Error, ctx: Arc<Context>) -> Ac
     Action::requeue(wait)
 }
 
-/// Reconcile one `McpServer`: [`reconcile_once`], timed and counted, watched for getting stuck.
+/// Reconcile one `McpServer`: one pass of the steps above, timed and counted, watched for
+/// getting stuck.
 pub async fn reconcile(mcp: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action> {
     let key = key_of(&mcp);
     let started = Instant::now();
