@@ -281,7 +281,7 @@ async fn an_id_rebound_to_another_session_is_refused_by_the_mailbox_as_wrong_ses
     let request = read_until_request(&mut res, &mut buffer).await;
     let leaked = RequestId::String(request["id"].as_str().unwrap().to_string());
     let sealer = srv.server.sealer();
-    let opened = sealer.open_request(&leaked, victim.session.as_deref().unwrap(), 0).unwrap();
+    let opened = sealer.open_request(&leaked, victim.session.as_deref().unwrap()).unwrap();
     let rebound = sealer.seal_request(&opened, attacker.session.as_deref().unwrap());
     let answer =
         |id: &RequestId| json!({"jsonrpc": "2.0", "id": id, "result": {"action": "accept", "content": {"confirm": true}}}).to_string();

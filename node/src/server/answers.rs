@@ -35,7 +35,7 @@ impl Server {
                 return AnswerOutcome::Dropped("no_id");
             }
         };
-        let (key, sealed_with) = match self.inner.rendezvous.sealer.open_request(&id, session.id.as_str(), crate::clock::now_ms()) {
+        let (key, sealed_with) = match self.inner.rendezvous.sealer.open_request(&id, session.id.as_str()) {
             Ok(sealed) => (sealed.key, sealed.sealed_with),
             Err(e) => {
                 tracing::info!(session = %session.id, reason = e.label(), "client answer refused: {e}");

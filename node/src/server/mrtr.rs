@@ -424,10 +424,8 @@ impl Server {
 
     /// Open a retry's state and check that it continues this very call.
     fn open_retry(&self, method: &str, params: &Value, state: &str) -> Result<SealedState, RetryError> {
-        let state = self
-            .sealer()
-            .open_state(state, now_ms())
-            .map_err(|e: StateError| RetryError::Refused { reason: e.label(), message: e.to_string() })?;
+        let state =
+            self.sealer().open_state(state).map_err(|e: StateError| RetryError::Refused { reason: e.label(), message: e.to_string() })?;
         if state.digest != call_digest(method, params) {
             return Err(RetryError::Refused {
                 reason: "wrong_call",

@@ -7,6 +7,7 @@ pub mod modern;
 
 use serde_json::{Value, json};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use switchboard_node::Server;
@@ -31,6 +32,19 @@ pub fn free_port() -> u16 {
             return port;
         }
     }
+}
+
+/// The preloadable libfaketime, or a panic that says how to get it.
+pub fn libfaketime() -> PathBuf {
+    let mut candidates: Vec<PathBuf> =
+        ["/usr/lib/faketime/libfaketime.so.1", "/usr/local/lib/faketime/libfaketime.so.1"].map(PathBuf::from).into();
+    if let Ok(dirs) = std::fs::read_dir("/usr/lib") {
+        candidates.extend(dirs.flatten().map(|d| d.path().join("faketime/libfaketime.so.1")));
+    }
+    candidates.into_iter().find(|p| p.exists()).expect(
+        "libfaketime.so.1 not found: this test shifts one node's clock with it. Install Debian's faketime package \
+         (apt-get install faketime); scripts/test.sh installs it",
+    )
 }
 
 pub struct TestServer {
