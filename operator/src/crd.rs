@@ -298,7 +298,7 @@ pub struct RaftTiming {
     #[schemars(length(max = 16))]
     #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
     pub heartbeat_interval: String,
-    /// Minimum election timeout (the maximum is twice this).
+    /// Minimum election timeout (the maximum, and the followers' leader lease, is 1.25 times this).
     #[serde(default = "default_election")]
     #[schemars(length(max = 16))]
     #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]

@@ -5,6 +5,9 @@
 pub const APPEND: &str = "/raft/append";
 pub const APPEND_STREAM: &str = "/raft/append-stream";
 pub const VOTE: &str = "/raft/vote";
+/// A Pre-Vote: would the receiver vote for this candidate (its leader lease over, the log
+/// up to date)? Nothing changes on either side.
+pub const PRE_VOTE: &str = "/raft/pre-vote";
 /// A leader handing over: the named member may start an election at once.
 pub const TRANSFER_LEADER: &str = "/raft/transfer-leader";
 pub const SNAPSHOT: &str = "/raft/snapshot";

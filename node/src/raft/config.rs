@@ -74,6 +74,12 @@ impl RaftNodeConfig {
         3 * self.election_timeout
     }
 
+    /// The maximum election timeout, which openraft also makes the leader lease: a follower
+    /// votes for nobody else while it heard from its leader less than this long ago.
+    pub fn election_lease(&self) -> Duration {
+        (self.election_timeout * 5 / 4).max(self.election_timeout + Duration::from_millis(1))
+    }
+
     pub fn new(node_id: NodeId, data_dir: PathBuf, advertise: String, secret: String) -> Self {
         RaftNodeConfig {
             node_id,

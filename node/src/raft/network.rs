@@ -4,7 +4,7 @@
 
 use super::types::{Snapshot, TypeConfig, Vote};
 use super::{append_stream, snapshot_stream};
-use crate::peer::routes::{APPEND, TRANSFER_LEADER, VOTE};
+use crate::peer::routes::{APPEND, PRE_VOTE, TRANSFER_LEADER, VOTE};
 use crate::peer::{MIN_RPC_TIMEOUT, PeerClient, PeerError};
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -94,6 +94,15 @@ impl RaftNetworkV2<TypeConfig> for Connection {
 
     async fn vote(&mut self, rpc: VoteRequest<TypeConfig>, option: RPCOption) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
         self.call(VOTE, &rpc, option.hard_ttl().max(MIN_RPC_TIMEOUT)).await
+    }
+
+    /// Without it openraft counts every peer as granting the Pre-Vote, which then protects nothing.
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call(PRE_VOTE, &rpc, option.hard_ttl().max(MIN_RPC_TIMEOUT)).await
     }
 
     /// Without it a leader stepping down leaves its followers to wait out the election timeout.

@@ -34,6 +34,10 @@ use std::time::{Duration, Instant};
 /// Replication batches a follower may have unanswered: enough to keep it busy while the
 /// previous results travel back, few enough that it never holds much more than that.
 const IN_FLIGHT_BATCHES: usize = 4;
+/// How often a follower looks whether its leader lease is over.
+const DEAD_LEADER_POLL: Duration = Duration::from_millis(20);
+/// Up to this much later than the lease a follower asks for votes (two must not ask at once).
+const DEAD_LEADER_JITTER_MS: u64 = 60;
 
 pub struct RaftNode {
     pub id: NodeId,
@@ -62,7 +66,12 @@ impl RaftNode {
             cluster_name: "switchboard".into(),
             heartbeat_interval: config.heartbeat.as_millis() as u64,
             election_timeout_min: config.election_timeout.as_millis() as u64,
-            election_timeout_max: 2 * config.election_timeout.as_millis() as u64,
+            // Also the leader lease followers keep (see `watch_for_a_dead_leader`): the
+            // shorter the spread, the sooner a dead leader is replaced.
+            election_timeout_max: config.election_lease().as_millis() as u64,
+            // A follower's own timer fires before the other followers' leases end; as a
+            // Pre-Vote it changes nothing until a quorum would vote.
+            enable_pre_vote: Some(true),
             // Followers receive entries while the leader fsyncs its own copy.
             broadcast_submitted_on_append: Some(true),
             install_snapshot_timeout: 10_000,
@@ -102,6 +111,7 @@ impl RaftNode {
             config,
         });
         node.spawn_background();
+        node.watch_for_a_dead_leader();
         Ok(node)
     }
 
@@ -127,6 +137,44 @@ impl RaftNode {
             }
         });
         self.tasks.track(ticker);
+    }
+
+    /// A follower elects as soon as the leader lease is over. openraft's followers refuse
+    /// votes while their lease (the maximum election timeout since the leader's last message)
+    /// runs, and their own timers fire before it ends, so a dead leader used to be replaced only
+    /// by a second timer, 2 to 4 election timeouts after it died. Here a follower that finds the
+    /// lease over asks for a Pre-Vote at once; a jitter keeps two followers from splitting the
+    /// vote, and the Pre-Vote keeps a leader that is only slow from being disturbed (the others'
+    /// leases still run).
+    fn watch_for_a_dead_leader(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        let lease = self.config.election_lease();
+        let task = tokio::spawn(async move {
+            let mut quiet_until = Instant::now();
+            loop {
+                tokio::time::sleep(DEAD_LEADER_POLL).await;
+                let Some(node) = weak.upgrade() else { return };
+                let following = {
+                    let receiver = node.raft.metrics();
+                    let m = receiver.borrow_watched();
+                    m.state == ServerState::Follower && m.membership_config.membership().voter_ids().any(|v| v == node.id)
+                };
+                if !following || Instant::now() < quiet_until {
+                    continue;
+                }
+                let renewed = node.raft.with_raft_state(|state| state.vote_last_modified()).await.ok().flatten();
+                let jitter = Duration::from_millis(rand::random::<u64>() % DEAD_LEADER_JITTER_MS);
+                if renewed.is_some_and(|at| at.elapsed() > lease + jitter) {
+                    tracing::info!(
+                        silent_ms = renewed.map(|at| at.elapsed().as_millis() as u64),
+                        "leader lease over: asking for a Pre-Vote"
+                    );
+                    let _ = node.raft.trigger().elect(true).await;
+                    quiet_until = Instant::now() + lease / 2;
+                }
+            }
+        });
+        self.tasks.track(task);
     }
 
     fn publish_metrics(&self) {

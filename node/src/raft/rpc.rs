@@ -6,7 +6,7 @@
 use super::messages::ReadIndexReply;
 use super::types::{TypeConfig, decode, encode};
 use super::{RaftNode, append_stream, forwarder, snapshot_stream};
-use crate::peer::routes::{APPEND, APPEND_STREAM, CLOCK, READ_INDEX, SNAPSHOT, TRANSFER_LEADER, VOTE, WRITE_STREAM};
+use crate::peer::routes::{APPEND, APPEND_STREAM, CLOCK, PRE_VOTE, READ_INDEX, SNAPSHOT, TRANSFER_LEADER, VOTE, WRITE_STREAM};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Request, State};
@@ -23,6 +23,7 @@ pub fn router(node: Arc<RaftNode>) -> Router {
         .route(APPEND, post(append))
         .route(APPEND_STREAM, post(append_stream))
         .route(VOTE, post(vote))
+        .route(PRE_VOTE, post(pre_vote))
         .route(TRANSFER_LEADER, post(transfer_leader))
         .route(SNAPSHOT, post(snapshot))
         .route(WRITE_STREAM, post(write_stream))
@@ -62,6 +63,14 @@ async fn vote(State(node): Node, bytes: Bytes) -> Response {
         Err(r) => return r,
     };
     msgpack(&node.raft.vote(rpc).await)
+}
+
+async fn pre_vote(State(node): Node, bytes: Bytes) -> Response {
+    let rpc: VoteRequest<TypeConfig> = match body(&bytes, "pre-vote request") {
+        Ok(rpc) => rpc,
+        Err(r) => return r,
+    };
+    msgpack(&node.raft.pre_vote(rpc).await)
 }
 
 async fn transfer_leader(State(node): Node, bytes: Bytes) -> Response {
