@@ -4,6 +4,7 @@
 //! | call | body | answer |
 //! | --- | --- | --- |
 //! | `GET` [`STATUS`] | none | [`ClusterStatus`] |
+//! | `GET` [`DIGEST`] | none | [`StateDigest`] (the fault campaign compares replicas with it) |
 //! | `POST` [`LEARNERS`] | [`MemberRequest`] with `addr` | the node is added as a learner |
 //! | `POST` [`PROMOTE`] | [`MemberRequest`] | a learner at most [`PROMOTE_MAX_LAG`] behind becomes a voter |
 //! | `POST` [`REMOVE`] | [`MemberRequest`] | the member leaves the Raft group |
@@ -29,6 +30,19 @@ pub const JOIN: &str = "/admin/join";
 /// `POST` [`MemberRequest`] `{id}`: the leader hands leadership to voter `id` (healthy, see
 /// [`ClusterStatus::health`]) and answers once `id` leads.
 pub const TRANSFER_LEADERSHIP: &str = "/admin/transfer-leadership";
+
+/// `GET`: the answering node's [`StateDigest`].
+pub const DIGEST: &str = "/admin/digest";
+
+/// A digest of a replica's replicated state at its last applied index: replicas that applied
+/// the same log agree on it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateDigest {
+    pub node_id: u64,
+    pub applied_index: u64,
+    /// SHA-256 of the state in a canonical order, hex.
+    pub digest: String,
+}
 
 /// A learner is promoted only once it is at most this many entries behind the leader: the node
 /// refuses a promotion beyond it, and the operator waits for it.
@@ -270,7 +284,7 @@ mod tests {
 
     #[test]
     fn paths() {
-        for path in [STATUS, LEARNERS, PROMOTE, REMOVE, JOIN, TRANSFER_LEADERSHIP] {
+        for path in [STATUS, DIGEST, LEARNERS, PROMOTE, REMOVE, JOIN, TRANSFER_LEADERSHIP] {
             assert!(path.starts_with("/admin/"), "{path}");
         }
     }

@@ -34,6 +34,8 @@ pub const TASK_OWNER_TIMEOUT: &str = "SWITCHBOARD_TASK_OWNER_TIMEOUT";
 pub const PREVIOUS_CLUSTER_SECRET_FILE: &str = "SWITCHBOARD_PREVIOUS_CLUSTER_SECRET_FILE";
 /// `--previous-encryption-key-file`: an id-encryption key also accepted during a rotation.
 pub const PREVIOUS_ENCRYPTION_KEY_FILE: &str = "SWITCHBOARD_PREVIOUS_ENCRYPTION_KEY_FILE";
+/// `--peer-source-ip`: local address of outgoing peer connections.
+pub const PEER_SOURCE_IP: &str = "SWITCHBOARD_PEER_SOURCE_IP";
 /// `--drain-timeout`: on SIGTERM, how long running calls get to finish.
 pub const DRAIN_TIMEOUT: &str = "SWITCHBOARD_DRAIN_TIMEOUT";
 /// `--log-format`: `text` or `json` on stderr.
@@ -129,6 +131,7 @@ pub const SERVE: &[&str] = &[
     REPLICATION_BATCH_BYTES,
     TASK_OWNER_TIMEOUT,
     DRAIN_TIMEOUT,
+    PEER_SOURCE_IP,
 ];
 
 #[cfg(test)]
@@ -141,7 +144,7 @@ mod tests {
     fn serve_lists_each_flag_once_with_the_prefix() {
         let unique: BTreeSet<&str> = SERVE.iter().copied().collect();
         assert_eq!(unique.len(), SERVE.len(), "a name is listed twice");
-        assert_eq!(SERVE.len(), 40);
+        assert_eq!(SERVE.len(), 41);
         for name in SERVE {
             assert!(name.starts_with("SWITCHBOARD_") && name[12..].chars().all(|c| c.is_ascii_uppercase() || c == '_'), "{name}");
         }

@@ -217,6 +217,10 @@ pub struct ServeArgs {
     /// The peer address other members reach this node at (default: hostname and peer port).
     #[arg(long, env = env::ADVERTISE_PEER)]
     pub advertise_peer: Option<String>,
+    /// Local address outgoing peer connections are made from (a multi-homed host; a test
+    /// harness that tells replicas apart by source address).
+    #[arg(long, env = env::PEER_SOURCE_IP)]
+    pub peer_source_ip: Option<std::net::IpAddr>,
     /// Directory of the Raft log, vote and snapshots.
     #[arg(long, env = env::DATA_DIR, default_value = "switchboard-data")]
     pub data_dir: PathBuf,
@@ -244,7 +248,8 @@ pub struct ServeArgs {
     /// Raft heartbeat interval.
     #[arg(long, env = env::HEARTBEAT_INTERVAL, value_parser = parse_duration, default_value = "100ms")]
     pub heartbeat_interval: Duration,
-    /// Minimum Raft election timeout (the maximum is twice this); must exceed the heartbeat.
+    /// Minimum Raft election timeout (the maximum, 1.25 times this, is also how long a follower
+    /// keeps its leader lease); must exceed the heartbeat.
     #[arg(long, env = env::ELECTION_TIMEOUT, value_parser = parse_duration, default_value = "1s")]
     pub election_timeout: Duration,
     /// Largest replicated entry a write may make, in bytes (a session record, a client's
@@ -423,6 +428,7 @@ fn raft_config(args: &ServeArgs, node_id: u64) -> Result<RaftNodeConfig, CliErro
     let mut config = RaftNodeConfig::new(node_id, args.data_dir.clone(), advertise, secret);
     config.membership = membership;
     config.previous_secret = previous_secret;
+    config.source_ip = args.peer_source_ip;
     config.heartbeat = args.heartbeat_interval;
     config.election_timeout = args.election_timeout;
     config.session_ttl = args.common.session_ttl;

@@ -15,13 +15,14 @@ use serde_json::json;
 use std::future::Future;
 use std::sync::Arc;
 
-use switchboard_contract::admin::MemberRequest;
 pub use switchboard_contract::admin::PROMOTE_MAX_LAG;
+use switchboard_contract::admin::{DIGEST, MemberRequest, StateDigest};
 
 /// The admin routes of `node`.
 pub fn router(node: Arc<RaftNode>) -> Router {
     Router::new()
         .route(STATUS, get(status))
+        .route(DIGEST, get(digest))
         .route(LEARNERS, post(add_learner))
         .route(PROMOTE, post(promote))
         .route(REMOVE, post(remove))
@@ -32,6 +33,11 @@ pub fn router(node: Arc<RaftNode>) -> Router {
 
 async fn status(State(node): State<Arc<RaftNode>>) -> Response {
     axum::Json(node.status()).into_response()
+}
+
+async fn digest(State(node): State<Arc<RaftNode>>) -> Response {
+    let (applied_index, digest) = node.sm.digest();
+    axum::Json(StateDigest { node_id: node.id, applied_index, digest }).into_response()
 }
 
 fn admin_error(e: RaftStoreError) -> Response {

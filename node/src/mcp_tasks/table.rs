@@ -62,6 +62,13 @@ pub struct TaskTable {
 }
 
 impl TaskTable {
+    /// The table in a canonical order, for a digest of the replicated state.
+    pub fn canonical(&self) -> impl serde::Serialize + '_ {
+        let mut tasks: Vec<_> = self.tasks.iter().collect();
+        tasks.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        (tasks, &self.by_expiry, &self.expired, &self.expired_by_time)
+    }
+
     pub fn len(&self) -> usize {
         self.tasks.len()
     }

@@ -109,6 +109,12 @@ impl StateMachineStore {
         f(&self.lock().sm)
     }
 
+    /// The last applied index and the digest of the state at that index, read together.
+    pub fn digest(&self) -> (u64, String) {
+        let inner = self.lock();
+        (inner.last_applied.map_or(0, |id| id.index), inner.sm.digest())
+    }
+
     /// Resolve once this replica has applied `index` (or `timeout` passes: `false`).
     pub async fn applied_at_least(&self, index: u64, timeout: std::time::Duration) -> bool {
         let mut rx = self.applied.subscribe();

@@ -237,6 +237,28 @@ pub struct StateMachine {
 }
 
 impl StateMachine {
+    /// SHA-256 (hex) of the whole state in a canonical order: replicas at the same applied
+    /// index must agree on it (a fault campaign's checker compares them).
+    pub fn digest(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut mailboxes: Vec<_> = self.mailboxes.iter().collect();
+        mailboxes.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let mut dedup: Vec<_> = self.dedup.iter().collect();
+        dedup.sort_unstable_by_key(|(write, _)| **write);
+        let canonical = (
+            self.now,
+            mailboxes,
+            &self.pending_by_deadline,
+            &self.tombstones,
+            &self.sessions,
+            &self.sessions_by_expiry,
+            dedup,
+            &self.dedup_by_time,
+            self.tasks.canonical(),
+        );
+        Sha256::digest(crate::peer::codec::encode(&canonical)).iter().map(|b| format!("{b:02x}")).collect()
+    }
+
     /// Apply one entry. Returns the command's response and the wake-ups it caused.
     pub fn apply(&mut self, request: &Request) -> (Response, Vec<Wake>) {
         let mut wakes = Vec::new();
