@@ -6,7 +6,9 @@
 #      layer using a higher one)
 #   1. installs the test tools into .tools/ (Node 22, the MCP conformance suite) if missing,
 #      and Debian's faketime (the clock-skew test shifts one node's clock with it)
-#   2. cargo test --workspace (all Rust unit and integration tests)
+#   2. cargo test --workspace (all Rust unit and integration tests, the short fault campaign
+#      among them), then a smoke run of every fuzz target (scripts/fuzz.sh; installs
+#      cargo-fuzz into .tools, runs on the nightly toolchain)
 #   3. the Helm chart: helm lint, helm template, kubernetes-validate --strict, CRD drift
 #      (scripts/chart-check.sh; installs Helm and the validator into .tools)
 #   4. end-to-end tests: real nginx in front of 3 real nodes, the Python MCP SDK, and the
@@ -36,14 +38,19 @@ step "test tools"
 node22="$(ensure_node22)"
 conformance="$(ensure_conformance)"
 conformance_next="$(ensure_conformance_next)"
+cargo_fuzz="$(ensure_cargo_fuzz)"
 libfaketime="$(ensure_faketime)"
 echo "node 22:     $node22 ($("$node22" --version))"
 echo "conformance: $conformance"
 echo "conformance (pre-release): $conformance_next"
 echo "faketime:    $libfaketime"
+echo "cargo-fuzz:  $cargo_fuzz"
 
 step "cargo test --workspace"
 cargo test --workspace
+
+step "fuzz smoke: every target for ${FUZZ_SECONDS:-10} s from its seed corpus"
+FUZZ_SECONDS="${FUZZ_SECONDS:-10}" bash "$REPO/scripts/fuzz.sh"
 
 step "build switchboard"
 # cargo test does not necessarily build the binary itself; make sure the one tested is current.

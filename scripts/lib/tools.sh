@@ -153,3 +153,22 @@ ensure_faketime() {
 ensure_tools() {
     ensure_node22 >/dev/null && ensure_conformance >/dev/null && ensure_faketime >/dev/null
 }
+
+# cargo-fuzz (runs on the nightly toolchain, which must be installed: `rustup toolchain list`).
+CARGO_FUZZ_VERSION="0.13.1"
+ensure_cargo_fuzz() {
+    local root="$TOOLS_DIR/cargo-fuzz"
+    local bin="$root/bin/cargo-fuzz"
+    if [[ -x "$bin" ]] && "$bin" --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then
+        echo "$bin"
+        return 0
+    fi
+    if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+        tools_log "no nightly toolchain (rustup toolchain install nightly): cargo fuzz needs it"
+        return 1
+    fi
+    tools_log "installing cargo-fuzz $CARGO_FUZZ_VERSION into $root"
+    cargo install --quiet --locked --root "$root" cargo-fuzz --version "$CARGO_FUZZ_VERSION" >&2 \
+        || { tools_log "cargo install cargo-fuzz failed"; return 1; }
+    echo "$bin"
+}

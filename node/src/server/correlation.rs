@@ -211,6 +211,12 @@ impl Keys {
             .cipher
             .decrypt(Nonce::from_slice(nonce), Payload { msg: sealed, aad: session.as_bytes() })
             .map_err(|_| if fingerprint == self.fingerprint(session) { OpenError::Tampered } else { OpenError::WrongSession })?;
+        // The fingerprint travels in the clear, outside the seal: an id whose fingerprint was
+        // changed still decrypts, and must not open as a second spelling of the same id
+        // (found by fuzzing).
+        if fingerprint != self.fingerprint(session) {
+            return Err(OpenError::Tampered);
+        }
         match plain.split_first() {
             Some((k, fields)) if *k == kind => Ok(fields.to_vec()),
             _ => Err(OpenError::Foreign),
@@ -436,6 +442,18 @@ mod tests {
             ],
             sealed_with: SealedWith::Current,
         }
+    }
+
+    #[test]
+    fn an_id_with_an_altered_fingerprint_does_not_open() {
+        let sealer = IdSealer::new([5; 32]);
+        let RequestId::String(token) = sealer.seal_request(&request(), "s") else { unreachable!() };
+        let mut raw = URL_SAFE_NO_PAD.decode(token.strip_prefix(PREFIX).unwrap()).unwrap();
+        // The fingerprint is bytes 12..18: outside the AES-GCM seal.
+        raw[12] ^= 0x40;
+        let altered = RequestId::String(format!("{PREFIX}{}", URL_SAFE_NO_PAD.encode(&raw)));
+        assert_eq!(sealer.open_request(&altered, "s"), Err(OpenError::Tampered));
+        assert!(sealer.open_request(&RequestId::String(token), "s").is_ok());
     }
 
     #[test]
