@@ -328,18 +328,19 @@ async fn short_campaign() {
     }
 }
 
-/// `CAMPAIGN_RUNS` seeded runs (default 200), three random fault kinds each, alternating 3 and
-/// 5 nodes.
+/// `CAMPAIGN_RUNS` seeded runs (default 200), `CAMPAIGN_FAULTS` random fault kinds each
+/// (default 3), alternating 3 and 5 nodes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "long: run by flag (see the module documentation)"]
 async fn long_campaign() {
     let runs: u64 = std::env::var("CAMPAIGN_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(200);
+    let per_run: usize = std::env::var("CAMPAIGN_FAULTS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
     let mut reports = Vec::new();
     for i in 0..runs {
         let seed = 1000 + i;
         let mut kinds = Kind::ALL.to_vec();
         let pick = nemesis::schedule(seed, &kinds);
-        kinds = pick.into_iter().take(3).map(|p| p.kind).collect();
+        kinds = pick.into_iter().take(per_run).map(|p| p.kind).collect();
         let nodes = if seed % 2 == 0 { 3 } else { 5 };
         let report = run(RunConfig { seed, nodes, kinds: kinds.clone(), clients: 6 }).await;
         println!("seed {seed} ({nodes} nodes, {kinds:?}): {} ok of {}, anomalies {:?}", report.ok, report.ops, report.anomalies);
