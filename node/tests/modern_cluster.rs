@@ -69,6 +69,33 @@ async fn a_retry_on_a_lagging_follower_completes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_to_the_owner_broken_while_the_retry_waits_is_asked_again() {
+    // Found by the fault campaign (seed 4): the link from the retry's node to the owner broke
+    // while the retry waited for the outcome, and the retry was answered "the replica is gone"
+    // although the owner lived and finished the call.
+    let mut cluster = McpCluster::start().await;
+    let leader = cluster.raft.wait_for_leader(Duration::from_secs(10)).await;
+    // Both followers: Raft traffic never runs between them, so the cut hits the relay only.
+    let owner = (0..3).find(|&i| i != leader).unwrap();
+    let other = (0..3).find(|&i| i != leader && i != owner).unwrap();
+    let args = json!({"ms": 1500});
+    let first = Modern::new(&cluster.urls[owner]).call(1, "ask_then_sleep", args.clone()).await;
+    assert_eq!(first.result()["resultType"], "input_required", "{:?}", first.messages);
+    let retry = {
+        let (url, state) = (cluster.urls[other].clone(), first.state());
+        tokio::spawn(async move { Modern::new(&url).retry(2, "ask_then_sleep", args, &state, confirm(true)).await })
+    };
+    // The answers are delivered and the outcome is being waited for when the link breaks.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    cluster.raft.proxies[owner].block_source(common::cluster::source_ip(other));
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    cluster.raft.heal();
+    let retried = retry.await.unwrap();
+    assert_eq!(text(&retried), "slept", "{:?}", retried.messages);
+    cluster.raft.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closing_a_retry_on_another_node_cancels_the_handler_on_its_owner() {
     let mut cluster = McpCluster::start().await;
     let owner = Modern::new(&cluster.urls[0]);

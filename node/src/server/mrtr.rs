@@ -58,6 +58,8 @@ const OUTCOME_LINGER: Duration = Duration::from_secs(30);
 const OWNER_CHECK_EVERY: Duration = Duration::from_secs(2);
 /// Owner checks that may fail in a row before the owner is taken for gone.
 const OWNER_CHECK_FAILURES: u32 = 3;
+/// The pause before asking the owner for a round's outcome again after the link broke.
+const OUTCOME_REFETCH_AFTER: Duration = Duration::from_millis(250);
 
 /// SHA-256 of what identifies a call: the method, the tool or prompt name (or resource URI),
 /// and the arguments (serde_json writes object keys sorted, so equal arguments digest equal).
@@ -440,19 +442,26 @@ impl Server {
     async fn await_outcome(&self, state: &SealedState) -> Result<RoundOutcome, RetryError> {
         let fetch = async {
             let text = if state.owner == self.node_id() {
-                Ok(self.round_outcome(state.call, state.round, OUTCOME_WINDOW).await)
+                self.round_outcome(state.call, state.round, OUTCOME_WINDOW).await
             } else {
                 match &self.inner.cluster {
-                    Some(cluster) => cluster.round_outcome(state.owner, state.call, state.round).await,
-                    None => Ok(None),
+                    // A broken link is not a lost owner (the owner holds the outcome): ask again
+                    // until `watch_owner` says it is gone.
+                    Some(cluster) => loop {
+                        match cluster.round_outcome(state.owner, state.call, state.round).await {
+                            Ok(text) => break text,
+                            Err(e) => {
+                                tracing::debug!(owner = state.owner, error = %e, "round outcome not fetched; asking again");
+                                tokio::time::sleep(OUTCOME_REFETCH_AFTER).await;
+                            }
+                        }
+                    },
+                    None => None,
                 }
             };
             match text {
-                Ok(Some(text)) => {
-                    serde_json::from_str(&text).map_err(|e| RetryError::Lost(format!("the call's outcome is undecodable: {e}")))
-                }
-                Ok(None) => Err(RetryError::Lost("the call ended without an outcome for this round; call again".into())),
-                Err(e) => Err(RetryError::Lost(format!("the replica running this call (node {}) is gone ({e}); call again", state.owner))),
+                Some(text) => serde_json::from_str(&text).map_err(|e| RetryError::Lost(format!("the call's outcome is undecodable: {e}"))),
+                None => Err(RetryError::Lost("the call ended without an outcome for this round; call again".into())),
             }
         };
         let watch_owner = async {

@@ -11,8 +11,8 @@ use switchboard_node::server::{ServerBuilder, ToolDef};
 /// `flag` arguments of `ask_then_wait` calls whose handler was dropped (cancelled).
 static DROPPED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
 
-/// Tools the 2026-07-28 tests call: two asks in one round, notifications after a resume, and a
-/// handler that waits until it is cancelled.
+/// Tools the 2026-07-28 tests call: two asks in one round, notifications after a resume, a
+/// handler that takes its time after the answer, and one that waits until it is cancelled.
 pub fn register_test_tools(builder: ServerBuilder) -> ServerBuilder {
     let go_schema = || json!({"type": "object", "properties": {"ok": {"type": "boolean"}}});
     builder
@@ -36,6 +36,14 @@ pub fn register_test_tools(builder: ServerBuilder) -> ServerBuilder {
                 ctx.progress(1.0, Some(1.0), Some("resumed"));
                 ctx.log(LogLevel::Info, None, json!("after the answer"));
                 Ok(CallToolResult::text(format!("token={}", ctx.progress_token().unwrap_or(Value::Null))))
+            })
+            .unwrap(),
+        )
+        .tool(
+            ToolDef::new("ask_then_sleep", json!({"type": "object"}), move |ctx, args| async move {
+                ctx.elicit_as("go", "Go?", go_schema()).await?;
+                tokio::time::sleep(std::time::Duration::from_millis(args["ms"].as_u64().unwrap_or(0))).await;
+                Ok(CallToolResult::text("slept"))
             })
             .unwrap(),
         )
@@ -109,6 +117,11 @@ impl Modern {
         Modern { http: reqwest::Client::new(), url: url.into(), capabilities: json!({"elicitation": {}, "sampling": {}, "roots": {}}) }
     }
 
+    /// A client sharing `http`'s connections.
+    pub fn with_client(http: reqwest::Client, url: &str) -> Self {
+        Modern { http, ..Modern::new(url) }
+    }
+
     pub fn with_capabilities(url: &str, capabilities: Value) -> Self {
         Modern { capabilities, ..Modern::new(url) }
     }
@@ -138,7 +151,7 @@ impl Modern {
 
     /// The POST of a request: `params` plus this client's `_meta` (and `meta_extra` in it), and
     /// the headers that repeat them.
-    fn request(&self, id: Value, method: &str, mut params: Value, meta_extra: Value) -> reqwest::RequestBuilder {
+    pub fn request(&self, id: Value, method: &str, mut params: Value, meta_extra: Value) -> reqwest::RequestBuilder {
         let mut meta = json!({
             "io.modelcontextprotocol/protocolVersion": V,
             "io.modelcontextprotocol/clientCapabilities": self.capabilities,
