@@ -17,39 +17,8 @@ REQUIREMENTS="$REPO/tests/e2e/requirements.txt"
 
 log() { echo "e2e: $*" >&2; }
 
-as_root() {
-    if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi
-}
-
-find_nginx() {
-    command -v nginx 2>/dev/null || { [[ -x /usr/sbin/nginx ]] && echo /usr/sbin/nginx; } || true
-}
-
-ensure_nginx() {
-    if [[ -n "$(find_nginx)" ]]; then
-        return 0
-    fi
-    log "installing nginx (Debian package)"
-    # Keep the package's maintainer scripts from starting the system nginx service: the
-    # tests run their own nginx with their own config, as a foreground process.
-    local policy=/usr/sbin/policy-rc.d created=0
-    if [[ ! -e $policy ]]; then
-        as_root sh -c "printf '#!/bin/sh\nexit 101\n' > $policy && chmod +x $policy"
-        created=1
-    fi
-    local rc=0
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null >&2 || rc=$?
-    if [[ $rc -eq 0 ]]; then
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx </dev/null >&2 || rc=$?
-    fi
-    if [[ $created -eq 1 ]]; then
-        as_root rm -f "$policy"
-    fi
-    if [[ $rc -ne 0 || -z "$(find_nginx)" ]]; then
-        log "could not install nginx"
-        return 1
-    fi
-}
+# shellcheck source=lib/tools.sh
+source "$REPO/scripts/lib/tools.sh"
 
 ensure_venv() {
     local stamp="$VENV/.requirements.sha256"
@@ -77,7 +46,7 @@ ensure_binary() {
     fi
 }
 
-ensure_nginx
+ensure_nginx >/dev/null
 ensure_venv
 ensure_binary
 

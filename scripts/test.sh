@@ -5,7 +5,8 @@
 #      and the node's layer rules (scripts/check-layers.py: no file-level import cycles, no
 #      layer using a higher one)
 #   1. installs the test tools into .tools/ (Node 22, the MCP conformance suite) if missing,
-#      and Debian's faketime (the clock-skew test shifts one node's clock with it)
+#      Debian's faketime (the clock-skew test and the campaign shift a node's clock with it)
+#      and Debian's nginx (the campaign's load-balanced clients, the end-to-end tests)
 #   2. cargo test --workspace (all Rust unit and integration tests, the short fault campaign
 #      among them), then a smoke run of every fuzz target (scripts/fuzz.sh; installs
 #      cargo-fuzz into .tools, runs on the nightly toolchain)
@@ -40,10 +41,14 @@ conformance="$(ensure_conformance)"
 conformance_next="$(ensure_conformance_next)"
 cargo_fuzz="$(ensure_cargo_fuzz)"
 libfaketime="$(ensure_faketime)"
+nginx="$(ensure_nginx)"
+# The fault campaign puts some of its clients behind this nginx.
+export NGINX_BIN="$nginx"
 echo "node 22:     $node22 ($("$node22" --version))"
 echo "conformance: $conformance"
 echo "conformance (pre-release): $conformance_next"
 echo "faketime:    $libfaketime"
+echo "nginx:       $nginx"
 echo "cargo-fuzz:  $cargo_fuzz"
 
 step "cargo test --workspace"

@@ -149,9 +149,38 @@ ensure_faketime() {
     find_libfaketime
 }
 
+# nginx (Debian package): the load balancer of the end-to-end tests, the bench and the fault
+# campaign, always run as their own foreground process with their own config. Prints its path.
+find_nginx() {
+    command -v nginx 2>/dev/null || { [[ -x /usr/sbin/nginx ]] && echo /usr/sbin/nginx; }
+}
+
+ensure_nginx() {
+    if find_nginx; then
+        return 0
+    fi
+    tools_log "installing nginx (Debian package)"
+    local sudo=()
+    [[ $(id -u) -eq 0 ]] || sudo=(sudo)
+    # Keep the package's maintainer scripts from starting the system nginx service.
+    local policy=/usr/sbin/policy-rc.d created=0
+    if [[ ! -e $policy ]]; then
+        "${sudo[@]}" sh -c "printf '#!/bin/sh\nexit 101\n' > $policy && chmod +x $policy"
+        created=1
+    fi
+    local rc=0
+    { "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+        && "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx; } </dev/null >&2 || rc=$?
+    [[ $created -eq 1 ]] && "${sudo[@]}" rm -f "$policy"
+    if [[ $rc -ne 0 ]] || ! find_nginx; then
+        tools_log "could not install nginx"
+        return 1
+    fi
+}
+
 # Install everything the test scripts need.
 ensure_tools() {
-    ensure_node22 >/dev/null && ensure_conformance >/dev/null && ensure_faketime >/dev/null
+    ensure_node22 >/dev/null && ensure_conformance >/dev/null && ensure_faketime >/dev/null && ensure_nginx >/dev/null
 }
 
 # cargo-fuzz (runs on the nightly toolchain, which must be installed: `rustup toolchain list`).

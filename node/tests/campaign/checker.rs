@@ -5,9 +5,11 @@
 //! - `foreign_value`: a handler received a value sent for another request;
 //! - `duplicate_value`: a value reached two handlers, or one operation ended twice;
 //! - `late_accepted`: an answer sent after its request's deadline still reached the handler;
-//! - `lost_answer`: an answer acknowledged with 202 before the deadline did not reach its
-//!   handler although no fault touched the node running the call;
-//! - `unexplained_unknown`: a call's stream broke or went silent with no fault on its node;
+//! - `lost_answer`: an answer acknowledged (202, or a 2026 retry whose answers were
+//!   delivered) before the deadline did not reach its handler although no fault touched the
+//!   node running the call;
+//! - `unexplained_unknown`: a call's outcome is unknown (its stream broke or went silent, a
+//!   retry's reply never came) with no fault on a node it went through;
 //! - `session_lost`: a session that was opened is unknown to the cluster before its TTL;
 //! - `divergent_state` / `no_convergence`: after healing, replicas at the same applied index
 //!   hold different states, or never reach the same index;
@@ -48,7 +50,10 @@ struct Op<'a> {
     late: bool,
     invoked: u64,
     asked: Option<u64>,
+    /// The last answer's time and status.
     answered: Option<(u64, u16)>,
+    /// The nodes its answers were posted to.
+    answerers: Vec<usize>,
     ends: Vec<&'a Event>,
 }
 
@@ -63,16 +68,30 @@ pub fn check(events: &[Event], faults: &[Fault], last: &Final, timing: Timing) -
     for event in events {
         match event {
             Event::Invoke { op, t, kind, node, value, late, .. } => {
-                ops.insert(*op, Op { kind, node: *node, value, late: *late, invoked: *t, asked: None, answered: None, ends: Vec::new() });
+                ops.insert(
+                    *op,
+                    Op {
+                        kind,
+                        node: *node,
+                        value,
+                        late: *late,
+                        invoked: *t,
+                        asked: None,
+                        answered: None,
+                        answerers: Vec::new(),
+                        ends: Vec::new(),
+                    },
+                );
             }
             Event::Asked { op, t } => {
                 if let Some(o) = ops.get_mut(op) {
                     o.asked = Some(*t);
                 }
             }
-            Event::Answered { op, t, status, .. } => {
+            Event::Answered { op, t, node, status } => {
                 if let Some(o) = ops.get_mut(op) {
                     o.answered = Some((*t, *status));
+                    o.answerers.extend(node);
                 }
             }
             Event::Ok { op, .. } | Event::Fail { op, .. } | Event::Unknown { op, .. } => {
@@ -99,14 +118,17 @@ pub fn check(events: &[Event], faults: &[Fault], last: &Final, timing: Timing) -
                 });
             }
         }
-        let touched = disturbed(faults, op.node, op.invoked, ended);
+        // An acknowledged answer must reach a live owner whatever happened to the node that took
+        // it; an unknown outcome is explained by a fault on any node the call went through.
+        let owner_touched = disturbed(faults, op.node, op.invoked, ended);
+        let any_touched = owner_touched || op.answerers.iter().any(|&n| disturbed(faults, n, op.invoked, ended));
         if op.late && matches!(end, Event::Ok { .. }) {
             out.push(Anomaly { kind: "late_accepted", detail: format!("op {id}: answered after its deadline, yet the handler took it") });
         }
         if let (false, Some(asked), Some((at, 202))) = (op.late, op.asked, op.answered)
             && at + timing.slack_ms < asked + timing.answer_timeout_ms
             && !matches!(end, Event::Ok { .. })
-            && !touched
+            && !owner_touched
         {
             out.push(Anomaly {
                 kind: "lost_answer",
@@ -117,7 +139,7 @@ pub fn check(events: &[Event], faults: &[Fault], last: &Final, timing: Timing) -
             });
         }
         if let Event::Unknown { error, .. } = end
-            && !touched
+            && !any_touched
         {
             out.push(Anomaly { kind: "unexplained_unknown", detail: format!("op {id} on node {}: {error}", op.node) });
         }
@@ -148,18 +170,20 @@ pub fn check(events: &[Event], faults: &[Fault], last: &Final, timing: Timing) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::history::Era;
 
     const TIMING: Timing = Timing { answer_timeout_ms: 4_000, slack_ms: 500 };
 
     fn invoke(op: u64, node: usize, value: &str, late: bool) -> Event {
-        Event::Invoke { op, t: 100, kind: "elicitation".into(), node, session: format!("s{op}"), value: value.into(), late }
+        let (kind, era, session) = ("elicitation".into(), Era::Sse2025, format!("s{op}"));
+        Event::Invoke { op, t: 100, kind, era, balanced: false, node, session, value: value.into(), late }
     }
 
     fn round_trip(op: u64, node: usize, value: &str, echo: &str) -> Vec<Event> {
         vec![
             invoke(op, node, value, false),
             Event::Asked { op, t: 150 },
-            Event::Answered { op, t: 200, node: 1, status: 202 },
+            Event::Answered { op, t: 200, node: Some(1), status: 202 },
             Event::Ok { op, t: 250, echo: Some(echo.into()) },
         ]
     }
@@ -208,7 +232,7 @@ mod tests {
         let events = vec![
             invoke(1, 2, "a", false),
             Event::Asked { op: 1, t: 150 },
-            Event::Answered { op: 1, t: 200, node: 0, status: 202 },
+            Event::Answered { op: 1, t: 200, node: Some(0), status: 202 },
             Event::Fail { op: 1, t: 4_200, error: "timed out".into() },
         ];
         assert_eq!(kinds(&events, &[], &converged()), vec!["lost_answer"]);
@@ -218,7 +242,7 @@ mod tests {
         assert_eq!(kinds(&events, &[elsewhere], &converged()), vec!["lost_answer"], "a fault on another node is no excuse");
         // Acknowledged within the slack of the deadline: the race may be lost.
         let mut close = events.clone();
-        close[2] = Event::Answered { op: 1, t: 3_700, node: 0, status: 202 };
+        close[2] = Event::Answered { op: 1, t: 3_700, node: Some(0), status: 202 };
         assert_eq!(kinds(&close, &[], &converged()), Vec::<&str>::new());
     }
 
@@ -228,6 +252,21 @@ mod tests {
         assert_eq!(kinds(&events, &[], &converged()), vec!["unexplained_unknown"]);
         let paused = Fault { kind: "pause".into(), nodes: vec![0], start: 400, end: 2_000, leader: false };
         assert_eq!(kinds(&events, &[paused], &converged()), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn an_unknown_retry_is_explained_by_a_fault_on_the_node_it_went_to_only() {
+        // A 2026 retry to node 1 got no reply; sent again to node 2, its state was spent.
+        let events = vec![
+            invoke(1, 0, "a", false),
+            Event::Asked { op: 1, t: 150 },
+            Event::Answered { op: 1, t: 3_000, node: Some(1), status: 0 },
+            Event::Answered { op: 1, t: 3_100, node: Some(2), status: 409 },
+            Event::Unknown { op: 1, t: 3_100, error: "spent by an attempt whose reply was lost".into() },
+        ];
+        let paused = |node| Fault { kind: "pause".into(), nodes: vec![node], start: 400, end: 2_000, leader: false };
+        assert_eq!(kinds(&events, &[paused(1)], &converged()), Vec::<&str>::new());
+        assert_eq!(kinds(&events, &[paused(3)], &converged()), vec!["unexplained_unknown"]);
     }
 
     #[test]

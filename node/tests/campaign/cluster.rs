@@ -3,6 +3,7 @@
 
 use crate::common::cluster::Proxy;
 use crate::common::free_port;
+use crate::common::nginx::{self, Nginx};
 use serde_json::{Value, json};
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -32,6 +33,8 @@ pub struct Node {
 
 pub struct Cluster {
     pub nodes: Vec<Node>,
+    /// nginx in front of every node's MCP port, when nginx is installed.
+    pub balancer: Option<Nginx>,
     secret: String,
     files: tempfile::TempDir,
     http: reqwest::Client,
@@ -57,7 +60,17 @@ impl Cluster {
             });
         }
         let http = reqwest::Client::builder().timeout(Duration::from_secs(3)).build().unwrap();
-        let mut cluster = Cluster { nodes, secret, files, http };
+        let balancer = match nginx::bin() {
+            Some(bin) => {
+                let ports: Vec<u16> = nodes.iter().map(|n| n.mcp.rsplit(':').next().unwrap().parse().unwrap()).collect();
+                Some(Nginx::start(&bin, &files.path().join("nginx"), free_port(), &ports))
+            }
+            None => {
+                eprintln!("campaign: nginx not found (NGINX_BIN, PATH, /usr/sbin): every client talks to the nodes directly");
+                None
+            }
+        };
+        let mut cluster = Cluster { nodes, balancer, secret, files, http };
         for i in 0..n {
             cluster.spawn(i, None);
         }
@@ -227,6 +240,7 @@ impl Cluster {
     }
 
     pub async fn stop_all(&mut self) {
+        self.balancer = None;
         for i in 0..self.nodes.len() {
             self.resume(i);
             self.kill(i).await;

@@ -1,6 +1,7 @@
 //! Fault campaign: real `switchboard serve` processes (3, and in a second configuration 5) with
-//! durable data directories and a TCP proxy on every peer link, concurrent clients doing
-//! elicitation and sampling round trips against random nodes, a seeded nemesis (kills of the
+//! durable data directories, a TCP proxy on every peer link and nginx in front, concurrent
+//! clients doing elicitation and sampling round trips (2025-11-25 SSE sessions and 2026-07-28
+//! multi-round-trip calls) against random nodes or through nginx, a seeded nemesis (kills of the
 //! leader, of a follower and of the node holding the most parked calls, pauses, partitions,
 //! one-way loss, drained restarts, membership changes, clock jumps), and a checker over the
 //! whole history and the replicas' final state (see `checker`).
@@ -25,7 +26,7 @@ mod nemesis;
 use checker::{Anomaly, Final, Timing};
 use clients::Workload;
 use cluster::{ANSWER_TIMEOUT, Cluster};
-use history::{Event, Fault, Recorder};
+use history::{Era, Event, Fault, Recorder};
 use nemesis::Kind;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -46,6 +47,8 @@ struct Report {
     nodes: usize,
     faults: Vec<Fault>,
     ops: usize,
+    /// Round trips started and completed by era and whether the call went through nginx.
+    routes: BTreeMap<(Era, bool), (usize, usize)>,
     ok: usize,
     fail: usize,
     unknown: usize,
@@ -81,7 +84,8 @@ async fn run(config: RunConfig) -> Report {
     .await;
     let first_term = cluster.leader().await.map_or(0, |s| s.term);
     let recorder = Arc::new(Recorder::new());
-    let workload = Workload::new((0..n).map(|i| cluster.mcp_url(i)).collect(), recorder.clone());
+    let balancer = cluster.balancer.as_ref().map(|b| b.url.clone());
+    let workload = Workload::new((0..n).map(|i| cluster.mcp_url(i)).collect(), balancer, recorder.clone());
     let mut tasks: Vec<_> = (0..config.clients).map(|c| tokio::spawn(workload.clone().client(config.seed * 100 + c as u64))).collect();
     tasks.push(tokio::spawn(workload.clone().probe(config.seed)));
 
@@ -213,22 +217,30 @@ fn write_history(seed: u64, events: &[Event], faults: &[Fault]) {
 
 fn report(config: RunConfig, events: Vec<Event>, faults: Vec<Fault>, anomalies: Vec<Anomaly>, elections: u64) -> Report {
     let mut r = Report { seed: config.seed, nodes: config.nodes, anomalies, elections, ..Report::default() };
-    let mut invoked: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut invoked: BTreeMap<u64, (u64, (Era, bool))> = BTreeMap::new();
     for e in &events {
         match e {
-            Event::Invoke { op, t, .. } => {
-                invoked.insert(*op, *t);
+            Event::Invoke { op, t, era, balanced, .. } => {
+                invoked.insert(*op, (*t, (*era, *balanced)));
+                r.routes.entry((*era, *balanced)).or_default().0 += 1;
                 r.ops += 1;
             }
-            Event::Ok { .. } => r.ok += 1,
+            Event::Ok { op, .. } => {
+                if let Some((_, route)) = invoked.get(op) {
+                    r.routes.entry(*route).or_default().1 += 1;
+                }
+                r.ok += 1;
+            }
             Event::Fail { .. } => r.fail += 1,
             Event::Unknown { .. } => r.unknown += 1,
             _ => {}
         }
     }
-    let committed: Vec<u64> = events.iter().filter(|e| matches!(e, Event::Committed { .. })).map(Event::t).collect();
+    // Writes sent after the kill: one in flight before it may have been committed by the old leader.
+    let committed: Vec<(u64, u64)> =
+        events.iter().filter_map(|e| if let Event::Committed { t, sent, .. } = e { Some((*sent, *t)) } else { None }).collect();
     for fault in faults.iter().filter(|f| f.kind == "kill_leader") {
-        if let Some(t) = committed.iter().find(|t| **t > fault.start) {
+        if let Some(t) = committed.iter().filter(|(sent, _)| *sent > fault.start).map(|(_, t)| *t).min() {
             r.failover_ms.push(t - fault.start);
         }
     }
@@ -236,7 +248,7 @@ fn report(config: RunConfig, events: Vec<Event>, faults: Vec<Fault>, anomalies: 
     for e in &events {
         match e {
             Event::Invoke { t, .. } if in_fault(*t) => r.during_faults.0 += 1,
-            Event::Ok { op, .. } if invoked.get(op).is_some_and(|t| in_fault(*t)) => r.during_faults.1 += 1,
+            Event::Ok { op, .. } if invoked.get(op).is_some_and(|(t, _)| in_fault(*t)) => r.during_faults.1 += 1,
             _ => {}
         }
     }
@@ -281,6 +293,20 @@ fn print_table(reports: &[Report]) {
         sum(|r| r.fail),
         sum(|r| r.unknown)
     );
+    let mut routes: BTreeMap<(Era, bool), (usize, usize)> = BTreeMap::new();
+    for (route, (started, ok)) in reports.iter().flat_map(|r| &r.routes) {
+        let entry = routes.entry(*route).or_default();
+        entry.0 += started;
+        entry.1 += ok;
+    }
+    let by_route: Vec<String> = routes
+        .iter()
+        .map(|((era, balanced), (started, ok))| {
+            let era = serde_json::to_value(era).unwrap();
+            format!("{} {}: {ok} ok of {started}", era.as_str().unwrap(), if *balanced { "via nginx" } else { "direct" })
+        })
+        .collect();
+    println!("| round trips by route | {} |", by_route.join("; "));
     println!("| anomalies by kind | {anomalies_by_kind:?} |");
     println!(
         "| completed when started during a fault | {during_ok} of {during} ({:.0} %) |",

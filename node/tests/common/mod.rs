@@ -4,6 +4,7 @@
 pub mod cluster;
 pub mod mcp_cluster;
 pub mod modern;
+pub mod nginx;
 
 use serde_json::{Value, json};
 use std::net::SocketAddr;
