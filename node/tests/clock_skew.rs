@@ -116,8 +116,9 @@ async fn next_message(res: &mut reqwest::Response, buffer: &mut String) -> Value
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leader_whose_clock_jumps_an_hour_ahead_expires_nothing_early() {
+/// Three nodes under libfaketime in one temporary directory (dropped with it), once every node
+/// sees the same leader: the directory, the nodes and the leader.
+async fn start_three(http: &reqwest::Client) -> (tempfile::TempDir, Vec<Node>, usize) {
     let lib = libfaketime();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("secret"), "s3cret\n").unwrap();
@@ -125,12 +126,9 @@ async fn a_leader_whose_clock_jumps_an_hour_ahead_expires_nothing_early() {
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let peers = ports.iter().enumerate().map(|(i, p)| format!("{i}=127.0.0.1:{p}")).collect::<Vec<_>>().join(",");
     let nodes: Vec<Node> = (0..3).map(|i| spawn(i, dir.path(), &peers, ports[i], &lib)).collect();
-    let http = reqwest::Client::new();
-
-    // The cluster forms; every node sees the same leader.
     let deadline = Instant::now() + Duration::from_secs(30);
     let leader = loop {
-        let seen: Vec<Option<i64>> = futures::future::join_all(nodes.iter().map(|n| leader_seen_by(&http, &n.metrics))).await;
+        let seen: Vec<Option<i64>> = futures::future::join_all(nodes.iter().map(|n| leader_seen_by(http, &n.metrics))).await;
         if let Some(Some(l)) = seen.first()
             && seen.iter().all(|s| s == &Some(*l))
         {
@@ -139,6 +137,14 @@ async fn a_leader_whose_clock_jumps_an_hour_ahead_expires_nothing_early() {
         assert!(Instant::now() < deadline, "no leader agreed on: {seen:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    (dir, nodes, leader)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_clock_jumps_an_hour_ahead_expires_nothing_early() {
+    let http = reqwest::Client::new();
+    let (_dir, nodes, leader) = start_three(&http).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
     let (a, b) = ((leader + 1) % 3, (leader + 2) % 3);
 
     // A session on node a, with a confirmation parked there (mailbox deadline: 10 minutes).
@@ -188,25 +194,9 @@ async fn a_leader_whose_clock_jumps_an_hour_ahead_expires_nothing_early() {
 /// time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_whose_clock_runs_ahead_still_delivers_answers_in_time() {
-    let lib = libfaketime();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("secret"), "s3cret\n").unwrap();
-    std::fs::write(dir.path().join("key"), "cd".repeat(32)).unwrap();
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let peers = ports.iter().enumerate().map(|(i, p)| format!("{i}=127.0.0.1:{p}")).collect::<Vec<_>>().join(",");
-    let nodes: Vec<Node> = (0..3).map(|i| spawn(i, dir.path(), &peers, ports[i], &lib)).collect();
     let http = reqwest::Client::new();
+    let (_dir, nodes, leader) = start_three(&http).await;
     let deadline = Instant::now() + Duration::from_secs(30);
-    let leader = loop {
-        let seen: Vec<Option<i64>> = futures::future::join_all(nodes.iter().map(|n| leader_seen_by(&http, &n.metrics))).await;
-        if let Some(Some(l)) = seen.first()
-            && seen.iter().all(|s| s == &Some(*l))
-        {
-            break *l as usize;
-        }
-        assert!(Instant::now() < deadline, "no leader agreed on: {seen:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
     let (owner, ahead) = ((leader + 1) % 3, (leader + 2) % 3);
 
     // A follower's wall clock runs an hour ahead (past the 10-minute answer deadline).

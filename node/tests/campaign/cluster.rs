@@ -187,6 +187,15 @@ impl Cluster {
         matches!(self.http.get(url).send().await, Ok(r) if r.status().is_success())
     }
 
+    pub async fn all_ready(&self) -> bool {
+        for i in 0..self.nodes.len() {
+            if !self.ready(i).await {
+                return false;
+            }
+        }
+        true
+    }
+
     async fn admin_get<T: serde::de::DeserializeOwned>(&self, i: usize, path: &str) -> Option<T> {
         let res = self.http.get(format!("http://{}{path}", self.nodes[i].peer)).bearer_auth(&self.secret).send().await.ok()?;
         if !res.status().is_success() {

@@ -73,15 +73,7 @@ async fn wait_for(what: &str, within: Duration, mut check: impl AsyncFnMut() -> 
 async fn run(config: RunConfig) -> Report {
     let n = config.nodes;
     let mut cluster = Cluster::start(n).await;
-    wait_for("every node ready", Duration::from_secs(30), async || {
-        for i in 0..n {
-            if !cluster.ready(i).await {
-                return false;
-            }
-        }
-        true
-    })
-    .await;
+    wait_for("every node ready", Duration::from_secs(30), async || cluster.all_ready().await).await;
     let first_term = cluster.leader().await.map_or(0, |s| s.term);
     let recorder = Arc::new(Recorder::new());
     let balancer = cluster.balancer.as_ref().map(|b| b.url.clone());
@@ -113,15 +105,7 @@ async fn run(config: RunConfig) -> Report {
         }
     }
     let expected: Vec<u64> = (0..n as u64).collect();
-    wait_for("every node ready after healing", Duration::from_secs(40), async || {
-        for i in 0..n {
-            if !cluster.ready(i).await {
-                return false;
-            }
-        }
-        true
-    })
-    .await;
+    wait_for("every node ready after healing", Duration::from_secs(40), async || cluster.all_ready().await).await;
     let mut voters = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(20), async {
         loop {
