@@ -38,7 +38,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 async fn round_trip(owner: &impl Mailbox, deliverer: &impl Mailbox) {
     let key = MailboxKey::random();
     owner.create(&key, SessionTag::default(), 0, TTL).await.unwrap();
-    let (delivered, woke) = tokio::join!(deliverer.deliver(&key, SessionTag::default(), json!({"ok": true})), owner.wait(&key, TTL));
+    let (delivered, woke) = tokio::join!(deliverer.deliver(&key, SessionTag::default(), None, json!({"ok": true})), owner.wait(&key, TTL));
     assert_eq!(delivered.unwrap(), DeliverOutcome::Delivered);
     assert!(matches!(woke.unwrap(), WaitOutcome::Delivered(_)));
 }
@@ -115,7 +115,7 @@ async fn phases(owner: &RaftMailbox, deliverer: &RaftMailbox, leader: &RaftMailb
         };
         tokio::task::yield_now().await;
         let t = Instant::now();
-        deliverer.deliver(&key, SessionTag::default(), json!({"ok": true})).await.unwrap();
+        deliverer.deliver(&key, SessionTag::default(), None, json!({"ok": true})).await.unwrap();
         let acked = Instant::now();
         deliver.push(acked - t);
         wake_lag.push(waiter.await.unwrap().saturating_duration_since(acked));
@@ -179,6 +179,7 @@ mod redis_rendezvous {
             &self,
             key: &MailboxKey,
             _: SessionTag,
+            _: Option<switchboard_node::mailbox::Addressee>,
             value: serde_json::Value,
         ) -> Result<DeliverOutcome, switchboard_node::mailbox::MailboxError> {
             let mut con = self.shared.clone();

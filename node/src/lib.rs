@@ -10,7 +10,7 @@
 //! - [`mailbox`] and [`session`]: the stores server-to-client requests and sessions go
 //!   through; [`metrics`].
 //! - `peer`: the peer port's client, routes, authentication and stream framing.
-//! - `raft`: the replicated mailbox and session store (openraft, redb); beside it,
+//! - `raft`: the replicated mailbox and session store (openraft over a write-ahead log); beside it,
 //!   [`server`]: the MCP server (offerings, dispatch, handler context).
 //! - [`transport`]: Streamable HTTP and stdio; [`tools`]: the stock binary's tool sets.
 //! - [`cluster`]: a node assembled from the layers below.

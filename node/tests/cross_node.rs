@@ -185,6 +185,12 @@ async fn what_is_too_large_to_replicate_is_refused_to_the_client_and_changes_not
     // still waits, and a smaller answer to the same request is delivered.
     client.initialize().await;
     let (mut res, mut buffer, request) = park_confirm(&client, 1, "ship").await;
+    // The mailbox's create may still be committing when the request reaches the client.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while pending_mailboxes(&cluster) == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the parked call's mailbox was never created");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let pending = pending_mailboxes(&cluster);
     let big = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"action": "accept",
         "content": {"confirm": true}, "_meta": {"pad": "x".repeat(LIMIT)}}});

@@ -18,9 +18,9 @@ use switchboard_node::raft::types::TypeConfig;
 use switchboard_node::raft::{RaftNode, RaftStoreError};
 use switchboard_node::session::{SessionId, SessionRecord, SessionStore};
 
-struct RedbBuilder;
+struct LogBuilder;
 
-impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> for RedbBuilder {
+impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> for LogBuilder {
     async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachineStore), StorageError<TypeConfig>> {
         let dir = tempfile::tempdir().unwrap();
         // A budget of one byte: every replication read goes through the limited path.
@@ -30,9 +30,22 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> fo
     }
 }
 
+/// The same log with tiny segments: every few entries start a new one, and purges delete them.
+struct SmallSegmentsBuilder;
+
+impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> for SmallSegmentsBuilder {
+    async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachineStore), StorageError<TypeConfig>> {
+        let dir = tempfile::tempdir().unwrap();
+        let log = LogStore::open_with_segments_of(dir.path(), 512).unwrap();
+        let sm = StateMachineStore::open(dir.path()).unwrap();
+        Ok((dir, log, sm))
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn openraft_storage_suite_passes_on_the_redb_log() {
-    Suite::test_all(RedbBuilder).await.unwrap();
+async fn openraft_storage_suite_passes_on_the_segmented_log() {
+    Suite::test_all(LogBuilder).await.unwrap();
+    Suite::test_all(SmallSegmentsBuilder).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -52,6 +65,19 @@ async fn mailbox_contract_on_three_nodes_from_a_follower() {
     cluster.stop_all().await;
 }
 
+/// Early delivery across nodes: the answer reaches the log (through one follower) before the
+/// create (through another), as when the create is still on its way while the client answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_delivered_on_one_node_before_the_create_on_another_is_kept_for_it() {
+    let mut cluster = TestCluster::start(3).await;
+    let leader = cluster.wait_for_leader(Duration::from_secs(5)).await;
+    let (owner, answerer) = ((leader + 1) % 3, (leader + 2) % 3);
+    contract::an_answer_before_its_create_is_kept_for_it(&cluster.mailbox(owner), &cluster.mailbox(answerer)).await;
+    contract::an_early_answer_from_another_session_is_not_taken(&cluster.mailbox(owner), &cluster.mailbox(answerer)).await;
+    contract::an_answer_before_its_create_is_kept_for_it(&cluster.mailbox(leader), &cluster.mailbox(answerer)).await;
+    cluster.stop_all().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_on_one_node_wakes_the_waiter_on_another() {
     let mut cluster = TestCluster::start(3).await;
@@ -68,11 +94,17 @@ async fn a_delivery_on_one_node_wakes_the_waiter_on_another() {
         assert!(tokio::time::Instant::now() < deadline, "the waiter never parked");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert_eq!(cluster.mailbox(2).deliver(&key, SessionTag::default(), json!({"answer": 42})).await.unwrap(), DeliverOutcome::Delivered);
+    assert_eq!(
+        cluster.mailbox(2).deliver(&key, SessionTag::default(), None, json!({"answer": 42})).await.unwrap(),
+        DeliverOutcome::Delivered
+    );
     assert_eq!(waiter.await.unwrap(), WaitOutcome::Delivered(json!({"answer": 42})));
     // Every replica agrees on the outcome.
     for i in 0..3 {
-        assert_eq!(cluster.mailbox(i).deliver(&key, SessionTag::default(), json!(0)).await.unwrap(), DeliverOutcome::AlreadyDelivered);
+        assert_eq!(
+            cluster.mailbox(i).deliver(&key, SessionTag::default(), None, json!(0)).await.unwrap(),
+            DeliverOutcome::AlreadyDelivered
+        );
     }
     cluster.stop_all().await;
 }
@@ -89,7 +121,7 @@ async fn values_the_owner_took_are_released_together() {
     for n in 0..20 {
         let key = MailboxKey::random();
         mailbox.create(&key, SessionTag::default(), 0, Duration::from_secs(60)).await.unwrap();
-        mailbox.deliver(&key, SessionTag::default(), json!({"n": n})).await.unwrap();
+        mailbox.deliver(&key, SessionTag::default(), None, json!({"n": n})).await.unwrap();
         assert_eq!(mailbox.wait(&key, Duration::from_secs(5)).await.unwrap(), WaitOutcome::Delivered(json!({"n": n})));
         keys.push(key);
     }
@@ -250,7 +282,10 @@ async fn a_truncated_or_malformed_snapshot_stream_is_refused_and_changes_nothing
     let after = cluster.node(0).status();
     assert_eq!((before.term, before.leader, before.last_log_index), (after.term, after.leader, after.last_log_index));
     assert!(cluster.node(0).raft.metrics().borrow_watched().snapshot.is_none(), "no snapshot installed");
-    assert_eq!(cluster.mailbox(0).deliver(&key, SessionTag::default(), json!("still here")).await.unwrap(), DeliverOutcome::Delivered);
+    assert_eq!(
+        cluster.mailbox(0).deliver(&key, SessionTag::default(), None, json!("still here")).await.unwrap(),
+        DeliverOutcome::Delivered
+    );
     cluster.stop_all().await;
 }
 

@@ -1,7 +1,7 @@
 //! A single-process mailbox: what `switchboard stdio` and a one-node `serve` use, and the
 //! reference the replicated store is tested against.
 
-use super::{CreateOutcome, DeliverOutcome, Mailbox, MailboxError, MailboxKey, NodeId, SessionTag, WaitOutcome, check_ttl};
+use super::{Addressee, CreateOutcome, DeliverOutcome, Mailbox, MailboxError, MailboxKey, NodeId, SessionTag, WaitOutcome, check_ttl};
 use async_trait::async_trait;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -9,12 +9,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
-/// How long the record of a finished mailbox is kept so a late delivery is told why it lost.
-const TOMBSTONE_RETENTION: Duration = Duration::from_secs(600);
+/// How long the record of a finished mailbox outlives its deadline (as in the replicated
+/// store): until the deadline it refuses a second answer, after it the answer's own deadline
+/// tells it that it is late.
+const TOMBSTONE_RETENTION: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, PartialEq)]
 enum State {
     Pending,
+    /// An answer that came before the create, kept for it until the addressee's deadline.
+    Early(Value),
     Delivered(Value),
     /// Delivered, and the waiter took the value: only the tombstone is left.
     Taken,
@@ -23,6 +27,8 @@ enum State {
 
 struct Slot {
     session: SessionTag,
+    /// Whom an early answer is kept for (the create's owner once created).
+    owner: NodeId,
     deadline: Instant,
     state: State,
     /// Wakes the waiter when the state leaves `Pending` (a `Notify` rather than a watch
@@ -32,7 +38,7 @@ struct Slot {
 
 impl Slot {
     fn expired(&self, now: Instant) -> bool {
-        now >= self.deadline && matches!(self.state, State::Pending)
+        now >= self.deadline && matches!(self.state, State::Pending | State::Early(_))
     }
 
     /// Hand a delivered value to its waiter, keeping the tombstone.
@@ -78,23 +84,47 @@ impl InMemoryMailbox {
 
 #[async_trait]
 impl Mailbox for InMemoryMailbox {
-    async fn create(&self, key: &MailboxKey, session: SessionTag, _owner: NodeId, ttl: Duration) -> Result<CreateOutcome, MailboxError> {
+    async fn create(&self, key: &MailboxKey, session: SessionTag, owner: NodeId, ttl: Duration) -> Result<CreateOutcome, MailboxError> {
         check_ttl(ttl)?;
         let now = Instant::now();
         let mut slots = self.slots.lock().unwrap();
         if slots.len() % 1024 == 1023 {
             Self::sweep(&mut slots, now);
         }
-        if slots.contains_key(key) {
-            return Ok(CreateOutcome::AlreadyExists);
-        }
-        slots.insert(key.clone(), Slot { session, deadline: now + ttl, state: State::Pending, settled: Arc::default() });
+        let state = match slots.remove(key) {
+            None => State::Pending,
+            Some(Slot { state: State::Early(value), session: s, owner: o, deadline, .. }) if now < deadline => {
+                // Kept only for the session and owner the create names.
+                if s == session && o == owner { State::Delivered(value) } else { State::Pending }
+            }
+            Some(slot) => {
+                slots.insert(key.clone(), slot);
+                return Ok(CreateOutcome::AlreadyExists);
+            }
+        };
+        slots.insert(key.clone(), Slot { session, owner, deadline: now + ttl, state, settled: Arc::default() });
         Ok(CreateOutcome::Created)
     }
 
-    async fn deliver(&self, key: &MailboxKey, session: SessionTag, value: Value) -> Result<DeliverOutcome, MailboxError> {
+    async fn deliver(
+        &self,
+        key: &MailboxKey,
+        session: SessionTag,
+        addressee: Option<Addressee>,
+        value: Value,
+    ) -> Result<DeliverOutcome, MailboxError> {
         let mut slots = self.slots.lock().unwrap();
-        let Some(slot) = slots.get_mut(key) else { return Ok(DeliverOutcome::NotFound) };
+        let Some(slot) = slots.get_mut(key) else {
+            let Some(to) = addressee else { return Ok(DeliverOutcome::NotFound) };
+            let left = Duration::from_millis(to.deadline_ms.saturating_sub(crate::clock::now_ms()));
+            if left.is_zero() {
+                return Ok(DeliverOutcome::Expired);
+            }
+            let early =
+                Slot { session, owner: to.owner, deadline: Instant::now() + left, state: State::Early(value), settled: Arc::default() };
+            slots.insert(key.clone(), early);
+            return Ok(DeliverOutcome::Delivered);
+        };
         if slot.session != session {
             return Ok(DeliverOutcome::WrongSession);
         }
@@ -106,7 +136,7 @@ impl Mailbox for InMemoryMailbox {
                 slot.settle(State::Delivered(value));
                 DeliverOutcome::Delivered
             }
-            State::Delivered(_) | State::Taken => DeliverOutcome::AlreadyDelivered,
+            State::Delivered(_) | State::Taken | State::Early(_) => DeliverOutcome::AlreadyDelivered,
             State::Deleted => DeliverOutcome::Deleted,
         })
     }
@@ -119,7 +149,7 @@ impl Mailbox for InMemoryMailbox {
                 State::Delivered(_) => return Ok(slot.take()),
                 State::Taken | State::Deleted => return Ok(WaitOutcome::Deleted),
                 // Taken under the lock, so a delivery right after it still wakes it.
-                State::Pending => (slot.settled.clone().notified_owned(), slot.deadline),
+                State::Pending | State::Early(_) => (slot.settled.clone().notified_owned(), slot.deadline),
             }
         };
         let wake_by = (Instant::now() + timeout).min(deadline);
@@ -162,7 +192,7 @@ mod tests {
         let (a, b) = (MailboxKey::random(), MailboxKey::random());
         mailbox.create(&a, SessionTag::default(), 0, Duration::from_secs(60)).await.unwrap();
         mailbox.create(&b, SessionTag::default(), 0, Duration::from_secs(60)).await.unwrap();
-        mailbox.deliver(&a, SessionTag::default(), serde_json::json!(1)).await.unwrap();
+        mailbox.deliver(&a, SessionTag::default(), None, serde_json::json!(1)).await.unwrap();
         assert_eq!(mailbox.pending(), 1);
     }
 }

@@ -1,9 +1,12 @@
 //! The mailbox: the rendezvous between a handler parked on a server-to-client request and the
 //! client's answer, which may arrive on another replica.
 //!
-//! The trait is shaped for a replicated backend: `create` is committed before the request is
-//! sent, `deliver` may be applied before anyone `wait`s, and every call returns a typed outcome
-//! rather than a boolean so callers (and metrics) can tell a late answer from a forged one.
+//! The trait is shaped for a replicated backend: a `create` may still be on its way when the
+//! request goes out (its commit overlaps the client's turn), so an answer that reaches the
+//! store first is kept for it as an *early delivery*, addressed by what the request's sealed id
+//! says (owner, deadline); `deliver` may be applied before anyone `wait`s; and every call
+//! returns a typed outcome rather than a boolean so callers (and metrics) can tell a late
+//! answer from a forged one.
 
 #[cfg(any(test, feature = "testing"))]
 pub mod contract;
@@ -89,8 +92,19 @@ impl<'de> Deserialize<'de> for MailboxKey {
     }
 }
 
+/// Who waits for a mailbox and until when, as the request's sealed id says (so only an answer
+/// to an id this cluster sealed carries one). A delivery that finds no mailbox is kept for its
+/// create until `deadline_ms`, rather than refused as unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Addressee {
+    pub owner: NodeId,
+    /// Milliseconds since the Unix epoch.
+    pub deadline_ms: u64,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CreateOutcome {
+    /// Created; if an early delivery was waiting for it, already delivered.
     Created,
     /// A mailbox with this key exists already; it was left as it was.
     AlreadyExists,
@@ -112,7 +126,8 @@ pub enum DeliverOutcome {
     Expired,
     /// The owner gave up on it (timeout) or removed it.
     Deleted,
-    /// No such mailbox was ever created (or its record is long gone).
+    /// No such mailbox was ever created (or its record is long gone), and the delivery named
+    /// no addressee to keep it for.
     NotFound,
     /// The mailbox belongs to another session; nothing changed.
     WrongSession,
@@ -167,12 +182,21 @@ pub fn check_ttl(ttl: Duration) -> Result<(), MailboxError> {
 #[async_trait]
 pub trait Mailbox: Send + Sync + 'static {
     /// Create-if-absent, for the session `session` tags. Once this returns, a `deliver` on any
-    /// node finds the mailbox.
+    /// node finds the mailbox. An early delivery waiting for it (same session and owner) is
+    /// delivered into it; one from another session or for another owner is dropped.
     async fn create(&self, key: &MailboxKey, session: SessionTag, owner: NodeId, ttl: Duration) -> Result<CreateOutcome, MailboxError>;
     /// Deliver at most once, from the session `session` tags (another session's delivery is
     /// refused with [`DeliverOutcome::WrongSession`] and changes nothing). A delivery to a
-    /// mailbox whose value was delivered, taken or not, is `AlreadyDelivered`.
-    async fn deliver(&self, key: &MailboxKey, session: SessionTag, value: Value) -> Result<DeliverOutcome, MailboxError>;
+    /// mailbox whose value was delivered, taken or not, is `AlreadyDelivered`. With no mailbox
+    /// yet, a delivery naming its `addressee` is kept for the create (`Delivered`) until the
+    /// addressee's deadline (after it: `Expired`); without one it is `NotFound`.
+    async fn deliver(
+        &self,
+        key: &MailboxKey,
+        session: SessionTag,
+        addressee: Option<Addressee>,
+        value: Value,
+    ) -> Result<DeliverOutcome, MailboxError>;
     /// Park until the mailbox is delivered, expired or deleted, or `timeout` passes. Returns at
     /// once if the delivery was applied before the call. A delivered value is *taken*: the store
     /// drops it (everywhere) and keeps only the tombstone, so later deliveries are still told
@@ -181,6 +205,31 @@ pub trait Mailbox: Send + Sync + 'static {
     /// Remove the mailbox (idempotent); parked waiters wake with `Deleted`, later deliveries are
     /// refused with `Deleted`.
     async fn delete(&self, key: &MailboxKey) -> Result<(), MailboxError>;
+}
+
+/// Create a mailbox whose request is already on its way to the client: retried while the store
+/// is unavailable (an answer may already be kept for it, acknowledged to the client), until
+/// `ttl` has passed. Poll it once before sending the request, so the create is proposed first
+/// and its commit overlaps the client's turn.
+pub async fn create_for_sent_request(
+    mailbox: &dyn Mailbox,
+    key: &MailboxKey,
+    session: SessionTag,
+    owner: NodeId,
+    ttl: Duration,
+) -> Result<CreateOutcome, MailboxError> {
+    let give_up = tokio::time::Instant::now() + ttl;
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        match mailbox.create(key, session, owner, ttl).await {
+            Err(MailboxError::Unavailable(e)) if tokio::time::Instant::now() + backoff < give_up => {
+                tracing::debug!(%key, error = %e, "mailbox create not committed yet; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+            outcome => return outcome,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,13 +1,31 @@
-//! The durable Raft log, vote and committed index, in one redb file in the data directory.
+//! The durable Raft log, vote and committed index: an append-only write-ahead log of
+//! checksummed records in segment files (`raft-log/*.wal` in the data directory), with the
+//! live part of the log (what the last snapshot does not cover; openraft purges the rest) kept
+//! in memory, so reads never touch the disk.
 //!
-//! All writes go through one writer thread, in order. `append` does not wait for the disk: it
-//! makes the entries readable from memory (so openraft replicates them to the followers while
-//! the leader's own fsync runs) and queues them; the writer commits everything that queued up
-//! meanwhile in one redb transaction with fsync (`Durability::Immediate`) and only then tells
-//! openraft the entries are flushed. Vote, truncation and purge wait for their commit.
+//! A record is `[payload length: u32 LE][CRC-32 of the payload: u32 LE][payload]`, the payload
+//! a MessagePack [`Record`]: an entry, the vote, the committed id, a truncation or a purge. On
+//! start-up the segments are replayed in order; the first record of the last segment that is
+//! cut short or fails its checksum (a write torn by a crash) ends the log, and the file is cut
+//! back to the last whole record. Such a record was never acknowledged: acknowledgement waits
+//! for the `fdatasync` that follows the write. A bad record anywhere else is corruption, and
+//! the node refuses to start rather than guess.
+//!
+//! All writes go through one writer thread, in order. `append` does not wait for the disk: the
+//! entries are readable at once (so openraft replicates them to the followers while the
+//! leader's own write runs) and queued; the writer writes everything that queued up meanwhile
+//! with one `write` and one `fdatasync` (group commit) and only then tells openraft the entries
+//! are flushed. Vote, truncation and purge wait for their flush.
 //!
 //! The committed index is only remembered by `save_committed` and rides along with the next
-//! write: openraft awaits `save_committed` before applying, so it must not wait for an fsync.
+//! write: openraft awaits `save_committed` before applying, so it must not wait for a flush.
+//!
+//! A segment grows to [`SEGMENT_BYTES`]; the next one starts with a [`Record::Header`] holding
+//! the vote, committed id and last purged id, so older segments matter only for their entries,
+//! and are deleted (oldest first) once a purge covers every entry in them.
+//!
+//! This replaced a redb B-tree, whose copy-on-write commit per batch cost several times the
+//! write itself; a data directory still holding `raft-log.redb` is migrated on first start.
 //!
 //! Replication reads through `limited_get_log_entries`, the hook openraft builds each
 //! AppendEntries request from; openraft itself bounds a request only by its number of entries
@@ -17,43 +35,114 @@ use super::types::{Entry, LogId, TypeConfig, Vote, decode, encode, io_error};
 use crate::peer::codec::encoded_len;
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{OptionalSend, entry::RaftEntry};
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
-use std::collections::{BTreeMap, VecDeque};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::io;
-use std::ops::{Bound, RangeBounds};
-use std::path::Path;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::ops::RangeBounds;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
 use tokio::sync::oneshot;
 
-const LOGS: TableDefinition<u64, &[u8]> = TableDefinition::new("logs");
-const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
-const VOTE: &str = "vote";
-const COMMITTED: &str = "committed";
-const LAST_PURGED: &str = "last_purged";
+/// The directory of the segments, in the data directory.
+const LOG_DIR: &str = "raft-log";
+/// A segment is closed and the next one started once it holds this much.
+pub const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
+/// The most one record may hold: more is a corrupt length, not a record.
+const MAX_RECORD_BYTES: u32 = 1 << 30;
+const RECORD_HEADER_BYTES: usize = 8;
 
-type WriteFn = Box<dyn FnOnce(&WriteTransaction) -> Result<(), redb::Error> + Send>;
+/// One record of the write-ahead log, as read back.
+#[derive(Debug, Deserialize)]
+enum Record {
+    Entry(Entry),
+    Vote(Vote),
+    Committed(Option<LogId>),
+    /// Entries from this index on are gone.
+    TruncateFrom(u64),
+    Purged(LogId),
+    /// The first record of every segment: all but the entries.
+    Header {
+        vote: Option<Vote>,
+        committed: Option<LogId>,
+        last_purged: Option<LogId>,
+    },
+}
+
+/// A record as written (borrowing, so an entry is encoded without a copy); the same variant
+/// names as [`Record`].
+#[derive(Serialize)]
+enum RecordOut<'a> {
+    Entry(&'a Entry),
+    Vote(&'a Vote),
+    Committed(&'a Option<LogId>),
+    TruncateFrom(u64),
+    Purged(&'a LogId),
+    Header { vote: &'a Option<Vote>, committed: &'a Option<LogId>, last_purged: &'a Option<LogId> },
+}
+
+/// What the log holds: in memory, the same as on disk once the queued writes are flushed.
+#[derive(Debug, Default)]
+struct LogContents {
+    entries: BTreeMap<u64, Entry>,
+    vote: Option<Vote>,
+    committed: Option<LogId>,
+    last_purged: Option<LogId>,
+}
+
+impl LogContents {
+    fn append(&mut self, entry: Entry) {
+        // An entry replaces the one at its index and whatever followed (openraft truncates
+        // first; a replay relies on it).
+        self.entries.split_off(&entry.index());
+        self.entries.insert(entry.index(), entry);
+    }
+
+    fn truncate_from(&mut self, from: u64) {
+        self.entries.split_off(&from);
+    }
+
+    fn purge(&mut self, upto: LogId) {
+        self.entries = self.entries.split_off(&(upto.index() + 1));
+        self.last_purged = Some(upto);
+    }
+
+    fn replay(&mut self, record: Record) {
+        match record {
+            Record::Entry(entry) => self.append(entry),
+            Record::Vote(vote) => self.vote = Some(vote),
+            Record::Committed(committed) => self.committed = committed,
+            Record::TruncateFrom(from) => self.truncate_from(from),
+            Record::Purged(upto) => self.purge(upto),
+            Record::Header { vote, committed, last_purged } => {
+                self.vote = vote;
+                self.committed = committed;
+                if let Some(upto) = last_purged {
+                    self.purge(upto);
+                }
+            }
+        }
+    }
+}
 
 /// One queued write for the writer thread.
 enum Op {
     Append { entries: Vec<Entry>, flushed: IOFlushed<TypeConfig> },
-    Other { write: WriteFn, done: oneshot::Sender<io::Result<()>> },
+    Vote { vote: Vote, done: oneshot::Sender<io::Result<()>> },
+    TruncateFrom { from: u64, done: oneshot::Sender<io::Result<()>> },
+    Purge { upto: LogId, done: oneshot::Sender<io::Result<()>> },
 }
 
 /// State shared by the store, its reader clones and the writer thread.
 struct Shared {
-    db: Database,
-    /// Entries handed to `append` that the writer has not committed yet, readable meanwhile.
-    unflushed: Mutex<BTreeMap<u64, Entry>>,
+    log: Mutex<LogContents>,
     /// The committed id `save_committed` was last given, until a write persists it.
     unsaved_committed: Mutex<Option<Option<LogId>>>,
-    /// Held by readers, and exclusively by a truncation or purge until its commit: between
-    /// dropping entries from memory and from disk, a reader would see a mix of both.
-    removing: tokio::sync::RwLock<()>,
 }
 
 /// Owns the writer thread: when the last store handle goes, the queue closes and the thread is
-/// joined, so the database file is closed before anyone may reopen it.
+/// joined, so the segment files are closed before anyone may reopen them.
 struct Writer {
     queue: Option<mpsc::Sender<Op>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -68,7 +157,7 @@ impl Drop for Writer {
     }
 }
 
-/// A handle on the log; clones share the database and the writer (the reader is a clone).
+/// A handle on the log; clones share the memory and the writer (the reader is a clone).
 #[derive(Clone)]
 pub struct LogStore {
     shared: Arc<Shared>,
@@ -78,20 +167,36 @@ pub struct LogStore {
 }
 
 impl LogStore {
-    /// Open (or create) `raft-log.redb` in `dir` and start its writer thread.
+    /// Open (or create) the log in `dir` (migrating a redb log found there) and start its
+    /// writer thread.
     pub fn open(dir: &Path) -> io::Result<Self> {
-        std::fs::create_dir_all(dir)?;
-        let db = Database::create(dir.join("raft-log.redb")).map_err(io_error)?;
-        let txn = db.begin_write().map_err(io_error)?;
-        txn.open_table(LOGS).map_err(io_error)?;
-        txn.open_table(META).map_err(io_error)?;
-        txn.commit().map_err(io_error)?;
-        let shared =
-            Arc::new(Shared { db, unflushed: Mutex::default(), unsaved_committed: Mutex::default(), removing: Default::default() });
+        Self::open_with_segments_of(dir, SEGMENT_BYTES)
+    }
+
+    /// [`open`](Self::open), starting a new segment once one holds `segment_bytes` (tests use
+    /// small segments).
+    pub fn open_with_segments_of(dir: &Path, segment_bytes: u64) -> io::Result<Self> {
+        let log_dir = dir.join(LOG_DIR);
+        std::fs::create_dir_all(&log_dir)?;
+        let mut segments = Segments::list(&log_dir, segment_bytes)?;
+        let legacy = dir.join(legacy::FILE);
+        if segments.files.is_empty() && legacy.exists() {
+            let state = legacy::read(&legacy)?;
+            segments.start_next(&state)?;
+            segments.write_batch(&encode_entries(state.entries.values()), state.entries.keys().next_back().copied())?;
+            std::fs::remove_file(&legacy)?;
+            sync_dir(dir)?;
+            tracing::info!(entries = state.entries.len(), "Raft log migrated from redb to the segmented log");
+        }
+        let state = segments.replay()?;
+        if segments.files.is_empty() {
+            segments.start_next(&state)?;
+        }
+        let shared = Arc::new(Shared { log: Mutex::new(state), unsaved_committed: Mutex::default() });
         let (queue, ops) = mpsc::channel();
         let thread = std::thread::Builder::new().name("raft-log-writer".into()).spawn({
             let shared = shared.clone();
-            move || write_loop(&shared, &ops)
+            move || write_loop(&shared, segments, &ops)
         })?;
         Ok(LogStore { shared, writer: Arc::new(Writer { queue: Some(queue), thread: Some(thread) }), batch_bytes: usize::MAX })
     }
@@ -108,77 +213,234 @@ impl LogStore {
         queue.send(op).map_err(|_| io::Error::other("raft log writer stopped"))
     }
 
-    /// Queue a write behind everything queued before it and wait for its fsync.
-    async fn write(&self, write: impl FnOnce(&WriteTransaction) -> Result<(), redb::Error> + Send + 'static) -> io::Result<()> {
-        let (done, committed) = oneshot::channel();
-        self.enqueue(Op::Other { write: Box::new(write), done })?;
-        committed.await.map_err(|_| io::Error::other("raft log writer stopped"))?
-    }
-
-    fn read_meta<T: serde::de::DeserializeOwned>(&self, key: &str) -> io::Result<Option<T>> {
-        let txn = self.shared.db.begin_read().map_err(io_error)?;
-        let table = txn.open_table(META).map_err(io_error)?;
-        match table.get(key).map_err(io_error)? {
-            Some(bytes) => Ok(Some(decode(bytes.value()).map_err(io_error)?)),
-            None => Ok(None),
-        }
+    /// Queue a write behind everything queued before it and wait for its flush.
+    async fn write(&self, op: impl FnOnce(oneshot::Sender<io::Result<()>>) -> Op) -> io::Result<()> {
+        let (done, flushed) = oneshot::channel();
+        self.enqueue(op(done))?;
+        flushed.await.map_err(|_| io::Error::other("raft log writer stopped"))?
     }
 }
 
-/// The writer thread: take whatever queued up, commit it as one transaction, report, repeat.
-fn write_loop(shared: &Shared, ops: &mpsc::Receiver<Op>) {
-    while let Ok(first) = ops.recv() {
-        let committed = shared.unsaved_committed.lock().unwrap().take();
-        let mut flushes = Vec::new();
-        let mut dones = Vec::new();
-        let mut appended: Vec<LogId> = Vec::new();
-        let mut outcome: Result<redb::WriteTransaction, redb::Error> = shared.db.begin_write().map_err(redb::Error::from);
-        for op in std::iter::once(first).chain(ops.try_iter()) {
-            let step = match op {
-                Op::Append { entries, flushed } => {
-                    flushes.push(flushed);
-                    appended.extend(entries.iter().map(|e| e.log_id()));
-                    Box::new(move |txn: &WriteTransaction| {
-                        let mut table = txn.open_table(LOGS)?;
-                        for entry in &entries {
-                            table.insert(entry.index(), encode(entry).as_slice())?;
+/// Encode a record into `out`, framed.
+fn frame(out: &mut Vec<u8>, record: &RecordOut<'_>) {
+    let payload = encode(record);
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    out.extend_from_slice(&payload);
+}
+
+fn encode_entries<'a>(entries: impl Iterator<Item = &'a Entry>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for entry in entries {
+        frame(&mut out, &RecordOut::Entry(entry));
+    }
+    out
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// One segment file: its sequence number and the highest entry index written to it.
+struct SegmentFile {
+    seq: u64,
+    last_index: Option<u64>,
+}
+
+/// The segment files, the last one open for appending. Owned by the writer thread.
+struct Segments {
+    dir: PathBuf,
+    segment_bytes: u64,
+    files: Vec<SegmentFile>,
+    active: Option<File>,
+    active_len: u64,
+}
+
+impl Segments {
+    fn path(&self, seq: u64) -> PathBuf {
+        self.dir.join(format!("{seq:016x}.wal"))
+    }
+
+    fn list(dir: &Path, segment_bytes: u64) -> io::Result<Segments> {
+        let mut seqs: Vec<u64> = std::fs::read_dir(dir)?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".wal").and_then(|s| u64::from_str_radix(s, 16).ok()))
+            .collect();
+        seqs.sort_unstable();
+        let files = seqs.into_iter().map(|seq| SegmentFile { seq, last_index: None }).collect();
+        Ok(Segments { dir: dir.to_path_buf(), segment_bytes, files, active: None, active_len: 0 })
+    }
+
+    /// Read every segment in order into a log state; cut a torn tail off the last one and open
+    /// it for appending.
+    fn replay(&mut self) -> io::Result<LogContents> {
+        let mut state = LogContents::default();
+        let count = self.files.len();
+        for i in 0..count {
+            let path = self.path(self.files[i].seq);
+            let mut bytes = Vec::new();
+            File::open(&path)?.read_to_end(&mut bytes)?;
+            let mut at = 0usize;
+            let mut last_index = None;
+            while at < bytes.len() {
+                match read_record(&bytes[at..]) {
+                    Ok((record, used)) => {
+                        if let Record::Entry(entry) = &record {
+                            last_index = Some(entry.index());
                         }
-                        Ok(())
-                    }) as WriteFn
-                }
-                Op::Other { write, done } => {
-                    dones.push(done);
-                    write
-                }
-            };
-            // After a failure the rest of the batch is only reported, not written.
-            outcome = outcome.and_then(|txn| step(&txn).map(|_| txn));
-        }
-        let result = outcome.and_then(|txn| {
-            if let Some(committed) = &committed {
-                txn.open_table(META)?.insert(COMMITTED, encode(committed).as_slice())?;
-            }
-            txn.commit().map_err(redb::Error::from)
-        });
-        match &result {
-            // Durable now: readers find them on disk. An index re-appended since (after a
-            // truncation) holds another log id and stays.
-            Ok(()) => {
-                let mut unflushed = shared.unflushed.lock().unwrap();
-                for id in &appended {
-                    if unflushed.get(&id.index()).is_some_and(|e| e.log_id() == *id) {
-                        unflushed.remove(&id.index());
+                        state.replay(record);
+                        at += used;
+                    }
+                    Err(why) if i + 1 == count => {
+                        tracing::warn!(segment = %path.display(), offset = at, dropped = bytes.len() - at, why, "torn record at the end of the Raft log dropped (a write cut short by a crash; never acknowledged)");
+                        let file = OpenOptions::new().write(true).open(&path)?;
+                        file.set_len(at as u64)?;
+                        file.sync_all()?;
+                        break;
+                    }
+                    Err(why) => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!("Raft log segment {} is corrupt at offset {at}: {why}", path.display()),
+                        ));
                     }
                 }
             }
-            // Not persisted: keep the committed id for the next write unless a newer one came.
-            Err(_) => {
-                if let Some(committed) = committed {
-                    shared.unsaved_committed.lock().unwrap().get_or_insert(committed);
+            self.files[i].last_index = last_index;
+            if i + 1 == count {
+                self.active_len = at as u64;
+                self.active = Some(OpenOptions::new().append(true).open(&path)?);
+            }
+        }
+        Ok(state)
+    }
+
+    /// Close the active segment and start the next, headed by `state`'s vote, committed and
+    /// last purged ids.
+    fn start_next(&mut self, state: &LogContents) -> io::Result<()> {
+        let seq = self.files.last().map_or(1, |f| f.seq + 1);
+        let path = self.path(seq);
+        let file = OpenOptions::new().create_new(true).append(true).open(&path)?;
+        let mut header = Vec::new();
+        frame(&mut header, &RecordOut::Header { vote: &state.vote, committed: &state.committed, last_purged: &state.last_purged });
+        (&file).write_all(&header)?;
+        file.sync_data()?;
+        sync_dir(&self.dir)?;
+        self.files.push(SegmentFile { seq, last_index: None });
+        self.active = Some(file);
+        self.active_len = header.len() as u64;
+        Ok(())
+    }
+
+    /// Append `bytes` (whole records) to the active segment and flush them to the disk.
+    fn write_batch(&mut self, bytes: &[u8], last_index: Option<u64>) -> io::Result<()> {
+        let file = self.active.as_mut().expect("a segment is open");
+        let written = file.write_all(bytes).and_then(|()| file.sync_data());
+        if let Err(e) = written {
+            // Cut back to the last whole record, so what follows is not written after garbage.
+            let _ = file.set_len(self.active_len);
+            return Err(e);
+        }
+        self.active_len += bytes.len() as u64;
+        let active = self.files.last_mut().expect("a segment is open");
+        active.last_index = last_index.or(active.last_index);
+        Ok(())
+    }
+
+    /// Delete the oldest closed segments while every entry in them is purged (only a prefix:
+    /// a later segment's truncation may refer to an earlier one's entries).
+    fn delete_purged(&mut self, upto: u64) -> io::Result<()> {
+        while self.files.len() > 1 && self.files[0].last_index.is_none_or(|last| last <= upto) {
+            let seq = self.files.remove(0).seq;
+            std::fs::remove_file(self.path(seq))?;
+        }
+        Ok(())
+    }
+}
+
+/// One record from the start of `bytes`, and the bytes it used; or why there is none.
+fn read_record(bytes: &[u8]) -> Result<(Record, usize), &'static str> {
+    if bytes.len() < RECORD_HEADER_BYTES {
+        return Err("cut short in its header");
+    }
+    let len = u32::from_le_bytes(bytes[0..4].try_into().expect("4 bytes"));
+    let crc = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
+    if len > MAX_RECORD_BYTES {
+        return Err("impossible length");
+    }
+    let end = RECORD_HEADER_BYTES + len as usize;
+    let payload = bytes.get(RECORD_HEADER_BYTES..end).ok_or("cut short in its payload")?;
+    if crc32fast::hash(payload) != crc {
+        return Err("checksum mismatch");
+    }
+    let record = decode(payload).map_err(|_| "undecodable payload")?;
+    Ok((record, end))
+}
+
+/// The writer thread: take whatever queued up, write it with one flush, report, repeat.
+fn write_loop(shared: &Shared, mut segments: Segments, ops: &mpsc::Receiver<Op>) {
+    // The vote and ids the disk holds once the current batch is flushed (the next segment's
+    // header); the entries are not needed for it.
+    let mut on_disk = {
+        let log = shared.log.lock().unwrap();
+        LogContents { entries: BTreeMap::new(), vote: log.vote, committed: log.committed, last_purged: log.last_purged }
+    };
+    let mut batch = Vec::new();
+    while let Ok(first) = ops.recv() {
+        batch.clear();
+        let mut flushes = Vec::new();
+        let mut dones = Vec::new();
+        let mut last_index = None;
+        let mut purged = None;
+        for op in std::iter::once(first).chain(ops.try_iter()) {
+            match op {
+                Op::Append { entries, flushed } => {
+                    for entry in &entries {
+                        frame(&mut batch, &RecordOut::Entry(entry));
+                    }
+                    last_index = entries.last().map(|e| e.index()).or(last_index);
+                    flushes.push(flushed);
+                }
+                Op::Vote { vote, done } => {
+                    frame(&mut batch, &RecordOut::Vote(&vote));
+                    on_disk.vote = Some(vote);
+                    dones.push(done);
+                }
+                Op::TruncateFrom { from, done } => {
+                    frame(&mut batch, &RecordOut::TruncateFrom(from));
+                    dones.push(done);
+                }
+                Op::Purge { upto, done } => {
+                    frame(&mut batch, &RecordOut::Purged(&upto));
+                    on_disk.last_purged = Some(upto);
+                    purged = Some(upto.index());
+                    dones.push(done);
                 }
             }
         }
-        let report = || result.as_ref().map(|_| ()).map_err(|e| io::Error::other(e.to_string()));
+        let committed = shared.unsaved_committed.lock().unwrap().take();
+        if let Some(committed) = &committed {
+            frame(&mut batch, &RecordOut::Committed(committed));
+            on_disk.committed = *committed;
+        }
+        let mut result = Ok(());
+        if segments.active_len >= segments.segment_bytes {
+            result = segments.start_next(&on_disk);
+        }
+        result = result.and_then(|()| segments.write_batch(&batch, last_index));
+        if let (Ok(()), Some(upto)) = (&result, purged)
+            && let Err(e) = segments.delete_purged(upto)
+        {
+            // The purge itself is durable; the space comes back at the next purge.
+            tracing::warn!(error = %e, "purged Raft log segments not deleted");
+        }
+        if result.is_err()
+            && let Some(committed) = committed
+        {
+            // Not persisted: keep the committed id for the next write unless a newer one came.
+            shared.unsaved_committed.lock().unwrap().get_or_insert(committed);
+        }
+        let report = || result.as_ref().map(|_| ()).map_err(|e| io::Error::new(e.kind(), e.to_string()));
         for flushed in flushes {
             flushed.io_completed(report());
         }
@@ -188,29 +450,10 @@ fn write_loop(shared: &Shared, ops: &mpsc::Receiver<Op>) {
     }
 }
 
-fn bound(b: Bound<&u64>) -> Bound<u64> {
-    match b {
-        Bound::Included(&i) => Bound::Included(i),
-        Bound::Excluded(&i) => Bound::Excluded(i),
-        Bound::Unbounded => Bound::Unbounded,
-    }
-}
-
 impl RaftLogReader<TypeConfig> for LogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(&mut self, range: RB) -> io::Result<Vec<Entry>> {
-        let range = (bound(range.start_bound()), bound(range.end_bound()));
-        let _not_removing = self.shared.removing.read().await;
-        // Memory first: an entry the writer commits meanwhile is then found on disk.
-        let mut entries: BTreeMap<u64, Entry> = self.shared.unflushed.lock().unwrap().range(range).map(|(i, e)| (*i, e.clone())).collect();
-        let txn = self.shared.db.begin_read().map_err(io_error)?;
-        let table = txn.open_table(LOGS).map_err(io_error)?;
-        for item in table.range::<u64>(range).map_err(io_error)? {
-            let (index, bytes) = item.map_err(io_error)?;
-            if let std::collections::btree_map::Entry::Vacant(slot) = entries.entry(index.value()) {
-                slot.insert(decode(bytes.value()).map_err(io_error)?);
-            }
-        }
-        Ok(entries.into_values().collect())
+        let range = (range.start_bound().cloned(), range.end_bound().cloned());
+        Ok(self.shared.log.lock().unwrap().entries.range(range).map(|(_, e)| e.clone()).collect())
     }
 
     /// The entries of `[start, end)` that fit in one batch: it ends before the entry that would
@@ -219,56 +462,22 @@ impl RaftLogReader<TypeConfig> for LogStore {
     /// over the peer frame limit, again and again.
     async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> io::Result<Vec<Entry>> {
         let budget = self.batch_bytes;
-        let _not_removing = self.shared.removing.read().await;
-        // Memory first, as in `try_get_log_entries`. The entries still in memory are the
-        // newest, after those only on disk, so no more of them than one batch holds is needed.
-        let mut memory: VecDeque<(u64, Entry, usize)> = VecDeque::new();
-        {
-            let unflushed = self.shared.unflushed.lock().unwrap();
-            let mut taken = 0usize;
-            for (index, entry) in unflushed.range(start..end) {
-                if taken >= budget {
-                    break;
-                }
-                let size = encoded_len(entry);
-                taken = taken.saturating_add(size);
-                memory.push_back((*index, entry.clone(), size));
-            }
-        }
-        let txn = self.shared.db.begin_read().map_err(io_error)?;
-        let table = txn.open_table(LOGS).map_err(io_error)?;
-        let mut disk = table.range::<u64>(start..end).map_err(io_error)?;
-        let mut next_on_disk = disk.next().transpose().map_err(io_error)?;
+        let log = self.shared.log.lock().unwrap();
         let mut batch = Vec::new();
         let mut bytes = 0usize;
-        loop {
-            let disk_index = next_on_disk.as_ref().map(|(index, _)| index.value());
-            let memory_index = memory.front().map(|(index, ..)| *index);
-            let (index, size) = match (memory_index, disk_index) {
-                (None, None) => break,
-                (Some(m), None) => (m, memory.front().expect("peeked").2),
-                (Some(m), Some(d)) if m <= d => (m, memory.front().expect("peeked").2),
-                (_, Some(d)) => (d, next_on_disk.as_ref().expect("peeked").1.value().len()),
-            };
+        for entry in log.entries.range(start..end).map(|(_, e)| e) {
+            let size = if budget == usize::MAX { 0 } else { encoded_len(entry) };
             if !batch.is_empty() && bytes.saturating_add(size) > budget {
                 break;
             }
             bytes = bytes.saturating_add(size);
-            if memory_index == Some(index) {
-                batch.push(memory.pop_front().expect("peeked").1);
-            } else {
-                batch.push(decode(next_on_disk.as_ref().expect("peeked").1.value()).map_err(io_error)?);
-            }
-            // The disk's copy of an entry taken from memory is the same entry.
-            if disk_index == Some(index) {
-                next_on_disk = disk.next().transpose().map_err(io_error)?;
-            }
+            batch.push(entry.clone());
         }
         Ok(batch)
     }
 
     async fn read_vote(&mut self) -> io::Result<Option<Vote>> {
-        self.read_meta(VOTE)
+        Ok(self.shared.log.lock().unwrap().vote)
     }
 }
 
@@ -276,17 +485,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> io::Result<LogState<TypeConfig>> {
-        let last_purged: Option<LogId> = self.read_meta(LAST_PURGED)?;
-        if let Some((_, entry)) = self.shared.unflushed.lock().unwrap().last_key_value() {
-            return Ok(LogState { last_purged_log_id: last_purged, last_log_id: Some(entry.log_id()) });
-        }
-        let txn = self.shared.db.begin_read().map_err(io_error)?;
-        let table = txn.open_table(LOGS).map_err(io_error)?;
-        let last = match table.last().map_err(io_error)? {
-            Some((_, bytes)) => Some(decode::<Entry>(bytes.value()).map_err(io_error)?.log_id()),
-            None => last_purged,
-        };
-        Ok(LogState { last_purged_log_id: last_purged, last_log_id: last })
+        let log = self.shared.log.lock().unwrap();
+        let last = log.entries.last_key_value().map(|(_, e)| e.log_id()).or(log.last_purged);
+        Ok(LogState { last_purged_log_id: log.last_purged, last_log_id: last })
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
@@ -294,27 +495,22 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> io::Result<()> {
-        let bytes = encode(vote);
-        self.write(move |txn| {
-            txn.open_table(META)?.insert(VOTE, bytes.as_slice())?;
-            Ok(())
-        })
-        .await
+        self.shared.log.lock().unwrap().vote = Some(*vote);
+        let vote = *vote;
+        self.write(|done| Op::Vote { vote, done }).await
     }
 
     /// Not written on its own: it rides along with the next durable write. A committed index
     /// that is stale after a crash only means fewer entries re-applied at start-up; it is never
     /// ahead of the truth.
     async fn save_committed(&mut self, committed: Option<LogId>) -> io::Result<()> {
+        self.shared.log.lock().unwrap().committed = committed;
         *self.shared.unsaved_committed.lock().unwrap() = Some(committed);
         Ok(())
     }
 
     async fn read_committed(&mut self) -> io::Result<Option<LogId>> {
-        if let Some(unsaved) = *self.shared.unsaved_committed.lock().unwrap() {
-            return Ok(unsaved);
-        }
-        Ok(self.read_meta::<Option<LogId>>(COMMITTED)?.flatten())
+        Ok(self.shared.log.lock().unwrap().committed)
     }
 
     async fn append<I>(&mut self, entries: I, flushed: IOFlushed<TypeConfig>) -> io::Result<()>
@@ -324,9 +520,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
         {
-            let mut unflushed = self.shared.unflushed.lock().unwrap();
+            let mut log = self.shared.log.lock().unwrap();
             for entry in &entries {
-                unflushed.insert(entry.index(), entry.clone());
+                log.append(entry.clone());
             }
         }
         // Readable now; `flushed` fires from the writer once they are on disk.
@@ -335,26 +531,48 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> io::Result<()> {
         let from = last_log_id.map(|id| id.index() + 1).unwrap_or(0);
-        let _removing = self.shared.removing.write().await;
-        self.shared.unflushed.lock().unwrap().retain(|index, _| *index < from);
-        self.write(move |txn| {
-            txn.open_table(LOGS)?.retain_in(from.., |_, _| false)?;
-            Ok(())
-        })
-        .await
+        self.shared.log.lock().unwrap().truncate_from(from);
+        self.write(|done| Op::TruncateFrom { from, done }).await
     }
 
-    async fn purge(&mut self, log_id: LogId) -> io::Result<()> {
-        let upto = log_id.index();
-        let _removing = self.shared.removing.write().await;
-        self.shared.unflushed.lock().unwrap().retain(|index, _| *index > upto);
-        let bytes = encode(&log_id);
-        self.write(move |txn| {
-            txn.open_table(META)?.insert(LAST_PURGED, bytes.as_slice())?;
-            txn.open_table(LOGS)?.retain_in(..=upto, |_, _| false)?;
-            Ok(())
-        })
-        .await
+    async fn purge(&mut self, upto: LogId) -> io::Result<()> {
+        self.shared.log.lock().unwrap().purge(upto);
+        self.write(|done| Op::Purge { upto, done }).await
+    }
+}
+
+/// The redb log of earlier versions, read once to migrate it.
+mod legacy {
+    use super::{LogContents, decode, io_error};
+    use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+    use std::io;
+    use std::path::Path;
+
+    pub const FILE: &str = "raft-log.redb";
+    pub const LOGS: TableDefinition<u64, &[u8]> = TableDefinition::new("logs");
+    pub const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+
+    /// Everything the redb log at `path` holds.
+    pub fn read(path: &Path) -> io::Result<LogContents> {
+        let db = Database::open(path).map_err(io_error)?;
+        let txn = db.begin_read().map_err(io_error)?;
+        let mut state = LogContents::default();
+        let meta = txn.open_table(META).map_err(io_error)?;
+        let get = |key: &str| -> io::Result<Option<Vec<u8>>> { Ok(meta.get(key).map_err(io_error)?.map(|v| v.value().to_vec())) };
+        if let Some(bytes) = get("vote")? {
+            state.vote = Some(decode(&bytes).map_err(io_error)?);
+        }
+        if let Some(bytes) = get("committed")? {
+            state.committed = decode(&bytes).map_err(io_error)?;
+        }
+        if let Some(bytes) = get("last_purged")? {
+            state.last_purged = Some(decode(&bytes).map_err(io_error)?);
+        }
+        for item in txn.open_table(LOGS).map_err(io_error)?.iter().map_err(io_error)? {
+            let (index, bytes) = item.map_err(io_error)?;
+            state.entries.insert(index.value(), decode(bytes.value()).map_err(io_error)?);
+        }
+        Ok(state)
     }
 }
 
@@ -372,6 +590,12 @@ mod tests {
 
     fn terms(entries: &[Entry]) -> Vec<(u64, u64)> {
         entries.iter().map(|e| (e.index(), e.log_id().leader_id.term)).collect()
+    }
+
+    fn segment_files(dir: &Path) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join(LOG_DIR)).unwrap().map(|e| e.unwrap().path()).collect();
+        files.sort();
+        files
     }
 
     #[tokio::test]
@@ -423,8 +647,7 @@ mod tests {
         append_flushed(&mut store, vec![sized_entry(7, 20_000)]).await;
         assert_eq!(indexes(&store.limited_get_log_entries(6, 8).await.unwrap()), vec![6]);
         assert_eq!(indexes(&store.limited_get_log_entries(7, 8).await.unwrap()), vec![7], "one entry over the budget goes alone");
-        // Entries not flushed yet (readable from memory, or from disk if the writer was quick)
-        // batch the same way, after those on disk.
+        // Entries not flushed yet batch the same way.
         let (tx, flushed) = TypeConfig::oneshot();
         store.append((8..=11).map(|i| sized_entry(i, 3_000)).collect::<Vec<_>>(), IOFlushed::signal(tx)).await.unwrap();
         assert_eq!(indexes(&store.limited_get_log_entries(8, 12).await.unwrap()), vec![8, 9, 10]);
@@ -455,5 +678,124 @@ mod tests {
         drop(store);
         let mut store = LogStore::open(dir.path()).unwrap();
         assert_eq!(terms(&store.try_get_log_entries(0..).await.unwrap()), vec![(1, 1), (2, 2)], "the same after a restart");
+    }
+
+    /// A crash mid-write leaves part of a record at the end of the last segment: it is dropped
+    /// (cut off the file), every whole record before it is kept, and writing goes on after it.
+    #[tokio::test]
+    async fn a_torn_tail_is_dropped_and_every_flushed_entry_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = LogStore::open(dir.path()).unwrap();
+        store.save_vote(&Vote::new(3, 1)).await.unwrap();
+        append_flushed(&mut store, (1..=5).map(|i| sized_entry(i, 100)).collect()).await;
+        drop(store);
+        let segment = segment_files(dir.path()).pop().unwrap();
+        let whole = std::fs::metadata(&segment).unwrap().len();
+        for torn in [
+            // Half a header, half a payload, a payload with a flipped bit.
+            vec![9u8, 0, 0],
+            {
+                let mut half = Vec::new();
+                frame(&mut half, &RecordOut::Entry(&sized_entry(6, 100)));
+                half.truncate(half.len() / 2);
+                half
+            },
+            {
+                let mut flipped = Vec::new();
+                frame(&mut flipped, &RecordOut::Entry(&sized_entry(6, 100)));
+                let last = flipped.len() - 1;
+                flipped[last] ^= 1;
+                flipped
+            },
+        ] {
+            OpenOptions::new().append(true).open(&segment).unwrap().write_all(&torn).unwrap();
+            let mut store = LogStore::open(dir.path()).unwrap();
+            assert_eq!(std::fs::metadata(&segment).unwrap().len(), whole, "cut back to the last whole record");
+            assert_eq!(indexes(&store.try_get_log_entries(0..).await.unwrap()), vec![1, 2, 3, 4, 5]);
+            assert_eq!(store.read_vote().await.unwrap(), Some(Vote::new(3, 1)));
+        }
+        // And appends go on after the cut.
+        let mut store = LogStore::open(dir.path()).unwrap();
+        append_flushed(&mut store, vec![sized_entry(6, 100)]).await;
+        drop(store);
+        let mut store = LogStore::open(dir.path()).unwrap();
+        assert_eq!(indexes(&store.try_get_log_entries(0..).await.unwrap()), vec![1, 2, 3, 4, 5, 6]);
+    }
+
+    #[tokio::test]
+    async fn a_bad_record_before_the_last_segment_is_corruption_and_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = LogStore::open_with_segments_of(dir.path(), 1_000).unwrap();
+        for i in 1..=6 {
+            append_flushed(&mut store, vec![sized_entry(i, 400)]).await;
+        }
+        drop(store);
+        let files = segment_files(dir.path());
+        assert!(files.len() >= 3, "{files:?}");
+        let mut bytes = std::fs::read(&files[0]).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        std::fs::write(&files[0], bytes).unwrap();
+        let err = LogStore::open(dir.path()).err().expect("refused");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(err.to_string().contains("is corrupt at offset"), "{err}");
+    }
+
+    /// Segments roll over at their size; a new one starts with the vote and ids, so once a
+    /// purge covers the entries of the oldest ones, they are deleted and nothing is lost.
+    #[tokio::test]
+    async fn purged_segments_are_deleted_and_the_rest_survives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = LogStore::open_with_segments_of(dir.path(), 1_000).unwrap();
+        store.save_vote(&Vote::new(2, 1)).await.unwrap();
+        for i in 1..=10 {
+            append_flushed(&mut store, vec![sized_entry(i, 400)]).await;
+        }
+        store.save_committed(Some(log_id::<TypeConfig>(1, 0, 9))).await.unwrap();
+        let before = segment_files(dir.path()).len();
+        assert!(before >= 4, "{before} segments");
+        store.purge(log_id::<TypeConfig>(1, 0, 7)).await.unwrap();
+        let after = segment_files(dir.path()).len();
+        assert!(after < before && after >= 2, "{before} -> {after} segments");
+        assert_eq!(indexes(&store.try_get_log_entries(0..).await.unwrap()), vec![8, 9, 10]);
+        drop(store);
+        let mut store = LogStore::open_with_segments_of(dir.path(), 1_000).unwrap();
+        assert_eq!(indexes(&store.try_get_log_entries(0..).await.unwrap()), vec![8, 9, 10]);
+        let state = store.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id, Some(log_id::<TypeConfig>(1, 0, 7)));
+        assert_eq!(state.last_log_id, Some(log_id::<TypeConfig>(1, 0, 10)));
+        assert_eq!(store.read_vote().await.unwrap(), Some(Vote::new(2, 1)));
+        assert_eq!(store.read_committed().await.unwrap(), Some(log_id::<TypeConfig>(1, 0, 9)));
+    }
+
+    /// A data directory of an earlier version (a redb log) is migrated on first start: vote,
+    /// ids and entries carried over, the redb file removed.
+    #[tokio::test]
+    async fn a_redb_log_of_an_earlier_version_is_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = redb::Database::create(dir.path().join(legacy::FILE)).unwrap();
+            let txn = db.begin_write().unwrap();
+            {
+                let mut meta = txn.open_table(legacy::META).unwrap();
+                meta.insert("vote", encode(&Vote::new(4, 2)).as_slice()).unwrap();
+                meta.insert("committed", encode(&Some(log_id::<TypeConfig>(1, 0, 3))).as_slice()).unwrap();
+                meta.insert("last_purged", encode(&log_id::<TypeConfig>(1, 0, 1)).as_slice()).unwrap();
+                let mut logs = txn.open_table(legacy::LOGS).unwrap();
+                for i in 2..=4 {
+                    logs.insert(i, encode(&sized_entry(i, 10)).as_slice()).unwrap();
+                }
+            }
+            txn.commit().unwrap();
+        }
+        let mut store = LogStore::open(dir.path()).unwrap();
+        assert!(!dir.path().join(legacy::FILE).exists(), "migrated, then removed");
+        assert_eq!(indexes(&store.try_get_log_entries(0..).await.unwrap()), vec![2, 3, 4]);
+        assert_eq!(store.read_vote().await.unwrap(), Some(Vote::new(4, 2)));
+        assert_eq!(store.read_committed().await.unwrap(), Some(log_id::<TypeConfig>(1, 0, 3)));
+        assert_eq!(store.get_log_state().await.unwrap().last_purged_log_id, Some(log_id::<TypeConfig>(1, 0, 1)));
+        drop(store);
+        let mut store = LogStore::open(dir.path()).unwrap();
+        assert_eq!(indexes(&store.try_get_log_entries(0..).await.unwrap()), vec![2, 3, 4], "and read back from the new log");
     }
 }

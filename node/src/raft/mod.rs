@@ -5,7 +5,7 @@
 //!
 //! - [`state_machine`]: the replicated state and its rules, pure; [`clock`]: the time a leader
 //!   stamps into the log, checked against the voters' clocks.
-//! - [`log_store`] and [`sm_store`]: openraft storage (redb log, snapshot files); [`data_key`]:
+//! - [`log_store`] and [`sm_store`]: openraft storage (segmented write-ahead log, snapshot files); [`data_key`]:
 //!   the encryption key a data directory belongs to.
 //! - [`network`]: openraft's network over the peer port; [`append_stream`]: pipelined
 //!   replication given a Raft handle; [`snapshot_stream`]: snapshots sent in pieces;

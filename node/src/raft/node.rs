@@ -1,4 +1,4 @@
-//! One Raft member's write and read paths: openraft over the redb log and the state machine,
+//! One Raft member's write and read paths: openraft over the segmented log and the state machine,
 //! writes proposed here or forwarded to the leader (retried across leader changes), and
 //! linearizable reads. Membership is in [`super::membership`], the store adapters in
 //! [`super::stores`].
@@ -47,6 +47,9 @@ pub struct RaftNode {
     forwarder: Forwarder,
     pub(super) config: RaftNodeConfig,
     serial: AtomicU64,
+    /// This run of the process: the tasks an earlier run owned died with it (every task store
+    /// on this node shares it, so none fails another's tasks as an earlier run's).
+    pub incarnation: u64,
     /// The time this node stamps into entries while it leads.
     clock: LeaderClock,
     pub(super) metrics: Arc<Metrics>,
@@ -104,6 +107,7 @@ impl RaftNode {
             client,
             // Random start: a restarted node must not reuse serials still in the dedup window.
             serial: AtomicU64::new(rand::random::<u64>() >> 1),
+            incarnation: rand::random(),
             clock: LeaderClock::default(),
             metrics,
             tasks: TaskSet::default(),

@@ -10,7 +10,7 @@
 //! its stamp is far from log time) still brings log time to the present, and with it every
 //! expiry that fell due meanwhile.
 
-use crate::mailbox::{CreateOutcome, DeliverOutcome, MailboxKey, NodeId, SessionTag};
+use crate::mailbox::{Addressee, CreateOutcome, DeliverOutcome, MailboxKey, NodeId, SessionTag};
 use crate::mcp_tasks::table::TaskTable;
 use crate::mcp_tasks::{TaskEvent, TaskId, TaskOutcome, TaskRefusal};
 pub use crate::protocol::json_text::JsonText;
@@ -23,14 +23,19 @@ use std::sync::Arc;
 /// Milliseconds since the Unix epoch, as read by a leader's clock.
 pub type Millis = u64;
 
-/// How long the record of a finished mailbox outlives its deadline, so late answers are told
-/// `Expired`/`Deleted`/`AlreadyDelivered` rather than `NotFound`. A delivered value is not
-/// kept that long: it goes once its owner took it (`MailboxRelease`).
-pub const TOMBSTONE_RETENTION_MS: Millis = 10 * 60 * 1000;
+/// How long the record of a finished mailbox outlives its deadline. Until the deadline it tells
+/// a second answer `AlreadyDelivered`/`Deleted` (and keeps it from being kept as an early
+/// delivery); after it, an answer is late whatever became of the mailbox, and its addressee's
+/// deadline says so (`Expired`) once the record is gone. The margin covers owners whose clocks
+/// (which set the sealed deadline) run ahead of log time. A delivered value goes sooner, once
+/// its owner took it (`MailboxRelease`).
+pub const TOMBSTONE_RETENTION_MS: Millis = 60 * 1000;
 /// Most keys one `MailboxRelease` names.
 pub const MAX_RELEASE_BATCH: usize = 1024;
-/// How long a write's outcome is remembered for a retry of the same write.
-pub const DEDUP_RETENTION_MS: Millis = 5 * 60 * 1000;
+/// How long a write's outcome is remembered for a retry of the same write: a write is retried
+/// only within its write timeout (5 s), so four times that is ample, and the table (one entry
+/// per write, a good part of the state at thousands of writes a second) stays small.
+pub const DEDUP_RETENTION_MS: Millis = 20 * 1000;
 /// The most one entry whose stamp no majority vouched for moves log time forward. A leader
 /// whose clock is further from log time than this checks it against the voters first.
 pub const MAX_CLOCK_STEP_MS: Millis = 5_000;
@@ -60,6 +65,10 @@ pub enum Command {
         #[serde(default)]
         session: SessionTag,
         value: JsonText,
+        /// Whom to keep the value for if the create has not been applied yet (absent in entries
+        /// of older versions: `NotFound`).
+        #[serde(default)]
+        addressee: Option<Addressee>,
     },
     MailboxDelete {
         key: MailboxKey,
@@ -174,6 +183,9 @@ pub enum Wake {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum MailboxState {
     Pending,
+    /// An answer that came before the mailbox's create, kept for it until the deadline the
+    /// request's sealed id gave.
+    Early(JsonText),
     /// Delivered, the value not taken by its owner yet.
     Delivered(JsonText),
     /// Delivered, and the owner took the value: only the tombstone is left.
@@ -296,6 +308,7 @@ impl StateMachine {
             }
             self.pending_by_deadline.pop_first();
             if let Some(mailbox) = self.mailboxes.get_mut(&key) {
+                // An early delivery whose create never came expires like a pending mailbox.
                 mailbox.state = MailboxState::Expired;
                 self.tombstones.insert((deadline + TOMBSTONE_RETENTION_MS, key.clone()));
                 wakes.push(Wake::Expired(key));
@@ -328,7 +341,7 @@ impl StateMachine {
     /// Retire a pending mailbox into a tombstone kept until its deadline plus retention.
     fn finish(&mut self, key: &MailboxKey, state: MailboxState) {
         let Some(mailbox) = self.mailboxes.get_mut(key) else { return };
-        if mailbox.state == MailboxState::Pending {
+        if matches!(mailbox.state, MailboxState::Pending | MailboxState::Early(_)) {
             self.pending_by_deadline.remove(&(mailbox.deadline, key.clone()));
             self.tombstones.insert((mailbox.deadline + TOMBSTONE_RETENTION_MS, key.clone()));
         }
@@ -340,21 +353,47 @@ impl StateMachine {
         match command {
             Command::Tick => Response::Done,
             Command::MailboxCreate { key, session, owner, ttl_ms } => {
-                if self.mailboxes.contains_key(key) {
-                    return Response::Created(CreateOutcome::AlreadyExists);
-                }
+                let early = match self.mailboxes.get(key) {
+                    None => None,
+                    Some(Mailbox { state: MailboxState::Early(value), session: s, owner: o, deadline }) => {
+                        // Kept only for the session and owner the create names: anything else
+                        // was not this request's answer.
+                        let value = (s == session && o == owner).then(|| value.clone());
+                        self.pending_by_deadline.remove(&(*deadline, key.clone()));
+                        value
+                    }
+                    Some(_) => return Response::Created(CreateOutcome::AlreadyExists),
+                };
                 let deadline = now.saturating_add(*ttl_ms);
                 self.mailboxes.insert(key.clone(), Mailbox { owner: *owner, session: *session, deadline, state: MailboxState::Pending });
                 self.pending_by_deadline.insert((deadline, key.clone()));
+                if let Some(value) = early {
+                    self.finish(key, MailboxState::Delivered(value.clone()));
+                    wakes.push(Wake::Delivered(key.clone(), value));
+                }
                 Response::Created(CreateOutcome::Created)
             }
-            Command::MailboxDeliver { key, session, value } => {
+            Command::MailboxDeliver { key, session, value, addressee } => {
                 let outcome = match self.mailboxes.get(key).map(|m| (&m.state, m.session == *session)) {
-                    None => DeliverOutcome::NotFound,
+                    None => match addressee {
+                        None => DeliverOutcome::NotFound,
+                        Some(to) if to.deadline_ms <= now => DeliverOutcome::Expired,
+                        Some(to) => {
+                            let early = Mailbox {
+                                owner: to.owner,
+                                session: *session,
+                                deadline: to.deadline_ms,
+                                state: MailboxState::Early(value.clone()),
+                            };
+                            self.mailboxes.insert(key.clone(), early);
+                            self.pending_by_deadline.insert((to.deadline_ms, key.clone()));
+                            DeliverOutcome::Delivered
+                        }
+                    },
                     // Told before anything about the mailbox's state, which is not theirs to know.
                     Some((_, false)) => DeliverOutcome::WrongSession,
                     Some((state, true)) => match state {
-                        MailboxState::Delivered(_) | MailboxState::Taken => DeliverOutcome::AlreadyDelivered,
+                        MailboxState::Delivered(_) | MailboxState::Taken | MailboxState::Early(_) => DeliverOutcome::AlreadyDelivered,
                         MailboxState::Expired => DeliverOutcome::Expired,
                         MailboxState::Deleted => DeliverOutcome::Deleted,
                         MailboxState::Pending => {
@@ -367,7 +406,10 @@ impl StateMachine {
                 Response::Delivered(outcome)
             }
             Command::MailboxDelete { key } => {
-                if matches!(self.mailboxes.get(key).map(|m| &m.state), Some(MailboxState::Pending | MailboxState::Delivered(_))) {
+                if matches!(
+                    self.mailboxes.get(key).map(|m| &m.state),
+                    Some(MailboxState::Pending | MailboxState::Early(_) | MailboxState::Delivered(_))
+                ) {
                     self.finish(key, MailboxState::Deleted);
                     wakes.push(Wake::Deleted(key.clone()));
                 }
@@ -503,7 +545,7 @@ mod tests {
 
     #[test]
     fn delivered_text_that_is_not_json_never_decodes_into_a_command() {
-        let good = Command::MailboxDeliver { key: key(1), session: SessionTag::default(), value: text("yes") };
+        let good = Command::MailboxDeliver { key: key(1), session: SessionTag::default(), value: text("yes"), addressee: None };
         let bytes = crate::peer::codec::encode(&good);
         assert_eq!(crate::peer::codec::decode::<Command>(&bytes).unwrap(), good);
         let forged = crate::peer::codec::encode(&serde_json::json!({"MailboxDeliver": {"key": key(1), "value": "{not json"}}));
@@ -531,7 +573,7 @@ mod tests {
     }
 
     fn deliver(sm: &mut StateMachine, now: Millis, k: u8, value: &str) -> (Response, Vec<Wake>) {
-        sm.apply(&req(now, Command::MailboxDeliver { key: key(k), session: SessionTag::default(), value: text(value) }))
+        sm.apply(&req(now, Command::MailboxDeliver { key: key(k), session: SessionTag::default(), value: text(value), addressee: None }))
     }
 
     fn session(id: &str) -> SessionRecord {
@@ -552,6 +594,80 @@ mod tests {
         deliver(&mut sm, 1001, 1, "v");
         assert_eq!(create(&mut sm, 1002, 1, 500), Response::Created(CreateOutcome::AlreadyExists));
         assert_eq!(sm.mailbox(&key(1)).unwrap().state, MailboxState::Delivered(text("v")));
+    }
+
+    fn deliver_early(
+        sm: &mut StateMachine,
+        now: Millis,
+        k: u8,
+        session: SessionTag,
+        owner: NodeId,
+        deadline_ms: Millis,
+        value: &str,
+    ) -> Response {
+        let addressee = Some(Addressee { owner, deadline_ms });
+        sm.apply(&req(now, Command::MailboxDeliver { key: key(k), session, value: text(value), addressee })).0
+    }
+
+    #[test]
+    fn an_answer_before_its_create_is_kept_for_it_and_wakes_the_owner_at_the_create() {
+        let mut sm = StateMachine::default();
+        let tag = SessionTag::default();
+        assert_eq!(deliver_early(&mut sm, 1000, 1, tag, 1, 5000, "early"), Response::Delivered(DeliverOutcome::Delivered));
+        assert_eq!(sm.mailbox(&key(1)).unwrap().state, MailboxState::Early(text("early")));
+        // First value wins: a second answer is a duplicate, whether it names an addressee or not.
+        assert_eq!(deliver_early(&mut sm, 1001, 1, tag, 1, 5000, "second"), Response::Delivered(DeliverOutcome::AlreadyDelivered));
+        assert_eq!(deliver(&mut sm, 1002, 1, "third").0, Response::Delivered(DeliverOutcome::AlreadyDelivered));
+        let (r, wakes) = sm.apply(&req(1003, Command::MailboxCreate { key: key(1), session: tag, owner: 1, ttl_ms: 500 }));
+        assert_eq!(r, Response::Created(CreateOutcome::Created));
+        assert_eq!(wakes, vec![Wake::Delivered(key(1), text("early"))]);
+        let mailbox = sm.mailbox(&key(1)).unwrap();
+        assert_eq!((mailbox.state.clone(), mailbox.deadline), (MailboxState::Delivered(text("early")), 1503), "the create's deadline");
+        assert_eq!(sm.pending_mailboxes(), 0);
+        assert_eq!(create(&mut sm, 1004, 1, 500), Response::Created(CreateOutcome::AlreadyExists));
+    }
+
+    #[test]
+    fn an_early_answer_from_another_session_or_for_another_owner_is_dropped_at_the_create() {
+        let (ours, theirs) = (SessionTag([1; 16]), SessionTag([2; 16]));
+        for (session, owner) in [(theirs, 1), (ours, 2)] {
+            let mut sm = StateMachine::default();
+            deliver_early(&mut sm, 1000, 1, session, owner, 5000, "foreign");
+            let (r, wakes) = sm.apply(&req(1001, Command::MailboxCreate { key: key(1), session: ours, owner: 1, ttl_ms: 500 }));
+            assert_eq!(r, Response::Created(CreateOutcome::Created));
+            assert!(wakes.is_empty());
+            assert_eq!(sm.mailbox(&key(1)).unwrap().state, MailboxState::Pending, "open for the real answer");
+            assert_eq!(sm.pending_mailboxes(), 1);
+            let real = Command::MailboxDeliver { key: key(1), session: ours, value: text("real"), addressee: None };
+            assert_eq!(sm.apply(&req(1002, real)).0, Response::Delivered(DeliverOutcome::Delivered));
+        }
+    }
+
+    #[test]
+    fn an_early_answer_whose_create_never_comes_expires_at_its_deadline_and_a_late_one_keeps_nothing() {
+        let mut sm = StateMachine::default();
+        let tag = SessionTag::default();
+        deliver_early(&mut sm, 1000, 1, tag, 1, 2000, "early");
+        sm.apply(&req(2000, Command::Tick));
+        assert_eq!(sm.mailbox(&key(1)).unwrap().state, MailboxState::Expired);
+        assert_eq!(create(&mut sm, 2001, 1, 500), Response::Created(CreateOutcome::AlreadyExists), "too late to take it");
+        // An answer whose deadline has passed in log time keeps nothing.
+        assert_eq!(deliver_early(&mut sm, 2002, 2, tag, 1, 2002, "late"), Response::Delivered(DeliverOutcome::Expired));
+        assert!(sm.mailbox(&key(2)).is_none());
+        // Without an addressee (entries of older versions) nothing is kept either.
+        assert_eq!(deliver(&mut sm, 2003, 3, "x").0, Response::Delivered(DeliverOutcome::NotFound));
+        sm.apply(&req(2000 + TOMBSTONE_RETENTION_MS, Command::Tick));
+        assert!(sm.mailbox(&key(1)).is_none(), "its tombstone goes with the others");
+    }
+
+    #[test]
+    fn the_owner_deleting_an_early_answer_leaves_a_tombstone() {
+        let mut sm = StateMachine::default();
+        deliver_early(&mut sm, 1000, 1, SessionTag::default(), 1, 5000, "early");
+        sm.apply(&req(1001, Command::MailboxDelete { key: key(1) }));
+        assert_eq!(sm.mailbox(&key(1)).unwrap().state, MailboxState::Deleted);
+        assert_eq!(sm.pending_mailboxes(), 0);
+        assert_eq!(create(&mut sm, 1002, 1, 500), Response::Created(CreateOutcome::AlreadyExists));
     }
 
     #[test]
@@ -654,7 +770,7 @@ mod tests {
         let mut sm = StateMachine::default();
         create(&mut sm, 1000, 1, 500);
         let write = Some(WriteId { origin: 2, serial: 9 });
-        let deliver = Command::MailboxDeliver { key: key(1), session: SessionTag::default(), value: text("v") };
+        let deliver = Command::MailboxDeliver { key: key(1), session: SessionTag::default(), value: text("v"), addressee: None };
         let first = sm.apply(&Request { now: 1100, clock_agreed: true, write, command: deliver.clone() }).0;
         let retry = sm.apply(&Request { now: 1200, clock_agreed: true, write, command: deliver.clone() }).0;
         assert_eq!(first, Response::Delivered(DeliverOutcome::Delivered));
@@ -728,7 +844,7 @@ mod tests {
                 let limits = SubscriptionLimits { max_count: 2, max_bytes: 100 };
                 let command = match i % 7 {
                     0 => Command::MailboxCreate { key: k, session: SessionTag::default(), owner: i % 3, ttl_ms: 50 + i },
-                    1 => Command::MailboxDeliver { key: k, session: SessionTag::default(), value: text(&i.to_string()) },
+                    1 => Command::MailboxDeliver { key: k, session: SessionTag::default(), value: text(&i.to_string()), addressee: None },
                     2 => Command::MailboxDelete { key: k },
                     3 => Command::MailboxRelease { keys: vec![k, key(((i + 1) % 17) as u8)] },
                     4 => Command::SessionCreate { record: session(&id), ttl_ms: 100 + i, max_sessions: 3 },

@@ -5,7 +5,9 @@ use super::RaftNode;
 use super::sm_store::Watch;
 use super::state_machine::{Command, JsonText, MAX_RELEASE_BATCH, Millis, Response};
 use crate::clock::now_ms;
-use crate::mailbox::{CreateOutcome, DeliverOutcome, Mailbox, MailboxError, MailboxKey, NodeId, SessionTag, WaitOutcome, check_ttl};
+use crate::mailbox::{
+    Addressee, CreateOutcome, DeliverOutcome, Mailbox, MailboxError, MailboxKey, NodeId, SessionTag, WaitOutcome, check_ttl,
+};
 use crate::mcp_tasks::table::Lookup;
 use crate::mcp_tasks::{self, TaskError, TaskEvent, TaskId, TaskOutcome, TaskRefusal, TaskSettings, TaskStore, TaskView};
 use crate::protocol::types::LogLevel;
@@ -134,8 +136,14 @@ impl Mailbox for RaftMailbox {
         }
     }
 
-    async fn deliver(&self, key: &MailboxKey, session: SessionTag, value: Value) -> Result<DeliverOutcome, MailboxError> {
-        let command = Command::MailboxDeliver { key: key.clone(), session, value: JsonText::from(&value) };
+    async fn deliver(
+        &self,
+        key: &MailboxKey,
+        session: SessionTag,
+        addressee: Option<Addressee>,
+        value: Value,
+    ) -> Result<DeliverOutcome, MailboxError> {
+        let command = Command::MailboxDeliver { key: key.clone(), session, value: JsonText::from(&value), addressee };
         match self.node.propose(command).await?.0 {
             Response::Delivered(outcome) => Ok(outcome),
             other => Err(MailboxError::Unavailable(format!("unexpected reply to deliver: {other:?}").into())),
@@ -256,13 +264,11 @@ impl SessionStore for RaftSessions {
 #[derive(Clone)]
 pub struct RaftTasks {
     node: Arc<RaftNode>,
-    /// This run of the process: tasks created by an earlier run died with it.
-    incarnation: u64,
 }
 
 impl RaftTasks {
     pub fn new(node: Arc<RaftNode>) -> Self {
-        RaftTasks { node, incarnation: rand::random() }
+        RaftTasks { node }
     }
 
     async fn apply(&self, command: Command) -> Result<Vec<String>, TaskError> {
@@ -279,7 +285,7 @@ impl RaftTasks {
     /// written when the caught-up state has none.
     pub fn fail_earlier_runs(&self) {
         // Held weakly between attempts: a stopped node is not kept alive by this.
-        let (node, incarnation) = (Arc::downgrade(&self.node), self.incarnation);
+        let (node, incarnation) = (Arc::downgrade(&self.node), self.node.incarnation);
         let task = tokio::spawn(async move {
             loop {
                 let Some(node) = node.upgrade() else { return };
@@ -312,7 +318,7 @@ impl TaskStore for RaftTasks {
         let command = Command::TaskCreate {
             id,
             owner,
-            incarnation: self.incarnation,
+            incarnation: self.node.incarnation,
             ttl_ms: mcp_tasks::millis(settings.ttl),
             poll_ms: mcp_tasks::millis(settings.poll_interval),
             max_tasks: settings.max_tasks,

@@ -2,7 +2,7 @@
 //! the mailbox, wherever the waiting handler runs.
 
 use super::handle::Server;
-use crate::mailbox::{DeliverOutcome, MailboxError};
+use crate::mailbox::{Addressee, DeliverOutcome, MailboxError};
 use crate::protocol::jsonrpc::Message;
 use crate::session::SessionRecord;
 
@@ -35,29 +35,30 @@ impl Server {
                 return AnswerOutcome::Dropped("no_id");
             }
         };
-        let (key, sealed_with) = match self.inner.rendezvous.sealer.open_request(&id, session.id.as_str()) {
-            Ok(sealed) => (sealed.key, sealed.sealed_with),
+        let (key, sealed_with, addressee) = match self.inner.rendezvous.sealer.open_request(&id, session.id.as_str()) {
+            // Kept for the owner should it reach the store before the create (early delivery).
+            Ok(sealed) => (sealed.key, sealed.sealed_with, Addressee { owner: sealed.owner, deadline_ms: sealed.deadline_ms }),
             Err(e) => {
-                tracing::info!(session = %session.id, reason = e.label(), "client answer refused: {e}");
+                tracing::debug!(session = %session.id, reason = e.label(), "client answer refused: {e}");
                 metrics.orphan(e.label());
                 return AnswerOutcome::Dropped(e.label());
             }
         };
         // Under the key that sealed the id, which its owner also bound the mailbox with.
         let tag = self.inner.rendezvous.sealer.session_tag_with(sealed_with, session.id.as_str());
-        match self.inner.rendezvous.mailbox.deliver(&key, tag, message.to_value()).await {
+        match self.inner.rendezvous.mailbox.deliver(&key, tag, Some(addressee), message.to_value()).await {
             Ok(DeliverOutcome::Delivered) => {
                 tracing::debug!(%key, session = %session.id, node = self.node_id(), "client answer delivered");
                 metrics.answer_delivered();
                 AnswerOutcome::Delivered
             }
             Ok(outcome) => {
-                tracing::info!(%key, session = %session.id, outcome = outcome.label(), "client answer dropped");
+                tracing::debug!(%key, session = %session.id, outcome = outcome.label(), "client answer dropped");
                 metrics.orphan(outcome.label());
                 AnswerOutcome::Dropped(outcome.label())
             }
             Err(MailboxError::TooLarge { size, limit }) => {
-                tracing::info!(%key, session = %session.id, size, limit, "client answer refused: too large to replicate");
+                tracing::debug!(%key, session = %session.id, size, limit, "client answer refused: too large to replicate");
                 AnswerOutcome::TooLarge { size, limit }
             }
             Err(e) => {

@@ -12,7 +12,7 @@ use super::outbound::{Outbound, Outgoing};
 use super::rendezvous::Rendezvous;
 use super::round::{AskError, ModernCall};
 use super::schema::validation_errors;
-use crate::mailbox::{MailboxError, MailboxKey, WaitOutcome};
+use crate::mailbox::{MailboxError, MailboxKey, WaitOutcome, create_for_sent_request};
 use crate::protocol::json_text::JsonText;
 use crate::protocol::jsonrpc::{ErrorObject, MISSING_REQUIRED_CLIENT_CAPABILITY, Message, RequestId};
 use crate::protocol::types::{
@@ -20,6 +20,7 @@ use crate::protocol::types::{
     RequestKind,
 };
 use crate::session::SessionRecord;
+use futures::future::maybe_done;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -353,14 +354,26 @@ impl RequestContext {
         }
     }
 
-    /// Create the mailbox, then send the request, then park. Returns the `result` member.
+    /// Send the request while its mailbox is being created, then park. Returns the `result`
+    /// member. The create's commit overlaps the client's turn: an answer that reaches the
+    /// store first is kept for it (early delivery), so only the answer's commit is on the
+    /// round trip's critical path.
     async fn request(&self, session: &SessionRecord, kind: RequestKind, method: &str, params: Value) -> Result<Value, ClientRequestError> {
         let server = &self.scope.rendezvous;
         let timeout = server.timeout(kind);
         let key = MailboxKey::random();
         let ttl = timeout + MAILBOX_GRACE;
         let tag = server.sealer.session_tag(session.id.as_str());
-        server.mailbox.create(&key, tag, server.node_id, ttl).await?;
+        let started = Instant::now();
+        let created = maybe_done(create_for_sent_request(&*server.mailbox, &key, tag, server.node_id, ttl));
+        tokio::pin!(created);
+        // Proposed before the request goes out (it runs up to its first wait), so an answer
+        // rarely overtakes it.
+        let _ = futures::poll!(created.as_mut());
+        let mut created = async move || {
+            created.as_mut().await;
+            created.as_mut().take_output().expect("awaited once")
+        };
         let sealed = correlation::SealedRequest {
             key: key.clone(),
             owner: server.node_id,
@@ -368,14 +381,24 @@ impl RequestContext {
             sealed_with: correlation::SealedWith::Current,
         };
         let id = server.sealer.seal_request(&sealed, session.id.as_str());
-        tracing::info!(%key, %kind, session = %session.id, "server-to-client request sent; parked");
+        tracing::debug!(%key, %kind, session = %session.id, "server-to-client request sent; parked");
         if let Err(e) = self.send(Message::request(id.clone(), method, params)) {
+            // Created first, so the deletion is not overtaken by it.
+            created().await?;
             server.mailbox.delete(&key).await?;
             return Err(e);
         }
-        let started = Instant::now();
+        let parked = async {
+            if let Err(e) = created().await {
+                // Told, so it stops waiting for an answer no one will take.
+                let reason = format!("the server could not park this {kind}: {e}");
+                let _ = self.send(Message::notification("notifications/cancelled", json!({"requestId": id, "reason": reason})));
+                return Err(e);
+            }
+            server.mailbox.wait(&key, timeout.saturating_sub(started.elapsed())).await
+        };
         let outcome = tokio::select! {
-            outcome = server.mailbox.wait(&key, timeout) => outcome?,
+            outcome = parked => outcome?,
             _ = self.scope.cancel.cancelled() => {
                 server.mailbox.delete(&key).await?;
                 return Err(ClientRequestError::Cancelled);
@@ -391,7 +414,7 @@ impl RequestContext {
         server.metrics.observe_wait(kind, started.elapsed());
         match outcome {
             WaitOutcome::Delivered(answer) => {
-                tracing::info!(%key, %kind, waited_ms = started.elapsed().as_millis() as u64, "answer arrived; resuming");
+                tracing::debug!(%key, %kind, waited_ms = started.elapsed().as_millis() as u64, "answer arrived; resuming");
                 match Message::from_delivered(answer) {
                     Some(Message::Response { result, .. }) => {
                         server.metrics.outcome(kind, "delivered");

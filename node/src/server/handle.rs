@@ -181,7 +181,7 @@ impl Server {
         if let Some(text) = &self.inner.instructions {
             result["instructions"] = json!(text);
         }
-        tracing::info!(session = %record.id, client = %record.client_info.name, %version, "session initialized");
+        tracing::debug!(session = %record.id, client = %record.client_info.name, %version, "session initialized");
         Ok((record, result))
     }
 

@@ -38,14 +38,15 @@ use super::requests::NodePlace;
 use super::round::{ModernCall, ModernClient, check_response};
 use super::task_calls::extension_required;
 use crate::clock::now_ms;
-use crate::mailbox::{DeliverOutcome, MailboxKey, SessionTag, WaitOutcome};
+use crate::mailbox::{Addressee, DeliverOutcome, MailboxKey, SessionTag, WaitOutcome, create_for_sent_request};
 use crate::protocol::jsonrpc::{ErrorObject, INTERNAL_ERROR, Message, RequestId, message_from_value};
 use crate::protocol::types::{CapabilityFlags, LogLevel, RequestKind};
+use futures::future::{MaybeDone, maybe_done};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 /// How long a replica serving a retry waits for the round's outcome: the handler's run from the
@@ -247,7 +248,13 @@ impl Server {
             let answers = MailboxKey::random();
             let owner = self.node_id();
             let mailbox = self.mailbox();
-            if let Err(e) = mailbox.create(&answers, tag, owner, timeout + MAILBOX_GRACE).await {
+            // The create's commit overlaps the client's turn, as for a 2025 request (see
+            // `Context::request`): a retry that reaches the store first is kept for it.
+            let started = Instant::now();
+            let created = maybe_done(create_for_sent_request(&**mailbox, &answers, tag, owner, timeout + MAILBOX_GRACE));
+            tokio::pin!(created);
+            let _ = futures::poll!(created.as_mut());
+            if let MaybeDone::Done(Err(e)) = &*created {
                 tracing::warn!(error = %e, "multi-round-trip round not started: its mailbox could not be created");
                 let error = ErrorObject::internal(format!("the server could not park this call for input: {e}"));
                 outcomes.end_round(answered, &call, Message::error(Some(id.clone()), error));
@@ -267,17 +274,22 @@ impl Server {
             // Built in a function of its own: nothing of it stays in this future while it parks.
             let input_required = self.input_required(method, &id, state, asks);
             self.metrics().mrtr_round("input_required");
-            tracing::info!(call = %format!("{call_id:032x}"), round, "input required; call parked");
+            tracing::debug!(call = %format!("{call_id:032x}"), round, "input required; call parked");
             // Counted before the client can see it is parked.
             self.metrics().mrtr_parked(1);
             outcomes.end_round(answered.take(), &call, input_required);
             // The first request is answered; whatever the handler sends from now on goes back
             // with the outcome of the round a retry answers.
             call.buffer();
+            let parked = async {
+                created.as_mut().await;
+                created.as_mut().take_output().expect("awaited once")?;
+                mailbox.wait(&answers, timeout.saturating_sub(started.elapsed())).await
+            };
             let waited = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => None,
-                waited = mailbox.wait(&answers, timeout) => Some(waited),
+                waited = parked => Some(waited),
             };
             self.metrics().mrtr_parked(-1);
             match waited {
@@ -304,7 +316,7 @@ impl Server {
                 },
                 Some(Ok(other)) => {
                     self.metrics().mrtr_round("abandoned");
-                    tracing::info!(call = %format!("{call_id:032x}"), round, outcome = ?other, "no retry came in time; call dropped");
+                    tracing::debug!(call = %format!("{call_id:032x}"), round, outcome = ?other, "no retry came in time; call dropped");
                     let _ = mailbox.delete(&answers).await;
                     return;
                 }
@@ -372,7 +384,9 @@ impl Server {
         let tag = self.call_tag(state.call, state.sealed_with);
         // The request for the outcome goes out while the answers are being committed: the owner
         // holds it until the round ends, so its trip is off the round trip's critical path.
-        let deliver = self.mailbox().deliver(&state.answers, tag, serde_json::to_value(answers).expect("answers serialize"));
+        let addressee = Addressee { owner: state.owner, deadline_ms: state.deadline_ms };
+        let deliver =
+            self.mailbox().deliver(&state.answers, tag, Some(addressee), serde_json::to_value(answers).expect("answers serialize"));
         let fetch = self.await_outcome(&state);
         tokio::pin!(deliver, fetch);
         let mut fetched = None;
@@ -530,7 +544,7 @@ impl Server {
     pub fn modern_call(&self, call: u128, cancel: bool) -> bool {
         let Some(entry) = self.inner.modern_calls.lock().unwrap().get(&call).cloned() else { return false };
         if cancel && !entry.cancel.is_cancelled() {
-            tracing::info!(call = %format!("{call:032x}"), "call cancelled: the client closed its retry");
+            tracing::debug!(call = %format!("{call:032x}"), "call cancelled: the client closed its retry");
             entry.cancel.cancel();
         }
         true

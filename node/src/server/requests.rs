@@ -161,7 +161,7 @@ impl Server {
         let token = local.and_then(|l| l.running.lock().unwrap().get(request).cloned());
         match token {
             Some(token) => {
-                tracing::info!(session = %session, request = %request, "request cancelled by the client");
+                tracing::debug!(session = %session, request = %request, "request cancelled by the client");
                 token.cancel();
                 true
             }

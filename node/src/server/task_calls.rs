@@ -105,7 +105,7 @@ impl Server {
             "ttlMs": crate::mcp_tasks::millis(settings.ttl),
             "pollIntervalMs": crate::mcp_tasks::millis(settings.poll_interval),
         });
-        tracing::info!(task = %id, "call became a task");
+        tracing::debug!(task = %id, "call became a task");
         Ok((id, events, created))
     }
 
@@ -172,9 +172,9 @@ impl Server {
             TaskOutcome::Cancelled => "cancelled",
         };
         match store.finish(id, outcome).await {
-            Ok(()) => tracing::info!(task = %id, outcome = label, "task ended"),
+            Ok(()) => tracing::debug!(task = %id, outcome = label, "task ended"),
             // Failed meanwhile (its owner taken for lost) or expired: it stays as it is.
-            Err(e) => tracing::info!(task = %id, error = %e, "task end not recorded"),
+            Err(e) => tracing::debug!(task = %id, error = %e, "task end not recorded"),
         }
         self.metrics().task_ended(label);
     }
