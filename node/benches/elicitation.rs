@@ -20,7 +20,9 @@
 //! `nginx` on PATH or /usr/sbin/nginx — the cluster and load-balanced parts are skipped without
 //! it). Prints figures and targets; asserts only that every call came back confirmed.
 //! `cargo bench -p switchboard-node --bench elicitation -- memory` runs section 3 alone (no
-//! nginx needed).
+//! nginx needed). `-- sustained [minutes]` runs the sustained-load check instead: 3 durable
+//! nodes behind nginx, 64 clients for 15 minutes (or `minutes`), a row per 30 s window with
+//! throughput, p50, p99, the longest round trip, each node's RSS and the data directories' size.
 
 #[path = "../tests/common/nginx.rs"]
 #[allow(dead_code)]
@@ -61,10 +63,9 @@ fn error(context: &str, e: String) {
 
 // ---- processes ---------------------------------------------------------------------------------
 
-/// A child process killed when dropped (nginx gets SIGTERM first so its master stops its workers).
+/// A node process, killed when dropped.
 struct Proc {
     child: Option<tokio::process::Child>,
-    term_first: bool,
     log: PathBuf,
 }
 
@@ -85,26 +86,11 @@ impl Proc {
 
     fn stop(&mut self) {
         let Some(mut child) = self.child.take() else { return };
-        let wait = |child: &mut tokio::process::Child, limit: Duration| {
-            let deadline = Instant::now() + limit;
-            while Instant::now() < deadline {
-                if !matches!(child.try_wait(), Ok(None)) {
-                    return true;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            false
-        };
-        if self.term_first
-            && let Some(pid) = child.id()
-        {
-            let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
-            if wait(&mut child, Duration::from_secs(3)) {
-                return;
-            }
-        }
         let _ = child.start_kill();
-        wait(&mut child, Duration::from_secs(5));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
@@ -114,7 +100,7 @@ impl Drop for Proc {
     }
 }
 
-fn spawn(program: &Path, args: &[String], dir: &Path, log: PathBuf, term_first: bool) -> Proc {
+fn spawn(program: &Path, args: &[String], dir: &Path, log: PathBuf) -> Proc {
     let file = std::fs::File::create(&log).expect("log file");
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args).current_dir(dir).stdin(Stdio::null()).stdout(file.try_clone().expect("log file")).stderr(file).kill_on_drop(true);
@@ -126,7 +112,7 @@ fn spawn(program: &Path, args: &[String], dir: &Path, log: PathBuf, term_first: 
     }
     cmd.env("SWITCHBOARD_LOG", "warn").env("NO_COLOR", "1");
     let child = cmd.spawn().unwrap_or_else(|e| panic!("could not start {}: {e}", program.display()));
-    Proc { child: Some(child), term_first, log }
+    Proc { child: Some(child), log }
 }
 
 fn free_ports(n: usize) -> Vec<u16> {
@@ -150,7 +136,7 @@ impl Node {
     }
 }
 
-fn common_args() -> Vec<String> {
+fn common_args(timeout: &str) -> Vec<String> {
     // The memory section parks 2 x PARKED calls on one node over PARK_SESSIONS sessions: more
     // than the default request limits allow, on purpose.
     let per_session = (2 * PARKED / PARK_SESSIONS + 1).to_string();
@@ -159,9 +145,9 @@ fn common_args() -> Vec<String> {
         "--tools",
         "default",
         "--elicitation-timeout",
-        ELICITATION_TIMEOUT,
+        timeout,
         "--sampling-timeout",
-        ELICITATION_TIMEOUT,
+        timeout,
         "--log-format",
         "json",
         "--max-requests-per-session",
@@ -174,6 +160,11 @@ fn common_args() -> Vec<String> {
 
 /// `size` Raft members with `--peers` (or one lone Raft member for `size` 1), as tests/e2e/cluster.py runs them.
 async fn start_raft(http: &reqwest::Client, dir: &Path, size: usize) -> Vec<Node> {
+    start_raft_timing_out(http, dir, size, ELICITATION_TIMEOUT).await
+}
+
+/// [`start_raft`] with elicitation and sampling timeouts of `timeout`.
+async fn start_raft_timing_out(http: &reqwest::Client, dir: &Path, size: usize, timeout: &str) -> Vec<Node> {
     let secret = dir.join("cluster-secret");
     let key = dir.join("encryption-key");
     std::fs::write(&secret, random_hex()).unwrap();
@@ -207,8 +198,8 @@ async fn start_raft(http: &reqwest::Client, dir: &Path, size: usize) -> Vec<Node
             args.extend(["--peers".into(), peers.join(","), "--cluster-secret-file".into(), secret.display().to_string()]);
             args.extend(["--encryption-key-file".into(), key.display().to_string()]);
         }
-        args.extend(common_args());
-        let proc = spawn(Path::new(BIN), &args, dir, dir.join(format!("node{i}.log")), false);
+        args.extend(common_args(timeout));
+        let proc = spawn(Path::new(BIN), &args, dir, dir.join(format!("node{i}.log")));
         nodes.push(Node { port, metrics_port, proc });
     }
     wait_ready(http, &mut nodes).await;
@@ -227,8 +218,8 @@ async fn start_memory(http: &reqwest::Client, dir: &Path) -> Node {
         "--metrics-listen".into(),
         format!("127.0.0.1:{}", ports[1]),
     ];
-    args.extend(common_args());
-    let proc = spawn(Path::new(BIN), &args, dir, dir.join("memory.log"), false);
+    args.extend(common_args(ELICITATION_TIMEOUT));
+    let proc = spawn(Path::new(BIN), &args, dir, dir.join("memory.log"));
     let mut nodes = vec![Node { port: ports[0], metrics_port: ports[1], proc }];
     wait_ready(http, &mut nodes).await;
     nodes.pop().unwrap()
@@ -256,23 +247,32 @@ async fn wait_ready(http: &reqwest::Client, nodes: &mut [Node]) {
     }
 }
 
-/// nginx in front of `upstreams`; returns it and the front door's MCP URL.
-async fn start_nginx(http: &reqwest::Client, nginx: &Path, dir: &Path, upstreams: &[u16]) -> (Proc, String) {
-    let front = free_ports(1)[0];
-    std::fs::write(dir.join("nginx.conf"), nginx::conf(dir, front, upstreams)).unwrap();
-    let args = nginx::args(dir);
-    let mut proc = spawn(nginx, &args, dir, dir.join("nginx-stderr.log"), true);
-    let url = format!("http://127.0.0.1:{front}/mcp");
+/// nginx in front of `upstreams`, once a request through it reaches an upstream.
+async fn start_nginx(http: &reqwest::Client, nginx: &Path, dir: &Path, upstreams: &[u16]) -> nginx::Nginx {
+    let front = nginx::Nginx::start(nginx, dir, free_ports(1)[0], upstreams);
     let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        assert!(!proc.exited(), "nginx exited:\n{}", proc.log_tail());
-        // Any answer from an upstream (it carries the node header) means the chain works.
-        if http.get(&url).send().await.is_ok_and(|r| r.headers().contains_key(NODE_HEADER)) {
-            return (proc, url);
-        }
+    // Any answer from an upstream (it carries the node header) means the chain works.
+    while !http.get(&front.url).send().await.is_ok_and(|r| r.headers().contains_key(NODE_HEADER)) {
         assert!(Instant::now() < deadline, "nginx front door not answering");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    front
+}
+
+/// CPU time (user + system) the processes `pids` have used so far.
+fn cpu_time(pids: &[u32]) -> Duration {
+    // Clock ticks of 10 ms (USER_HZ is 100 on Linux).
+    let ticks: u64 = pids
+        .iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+        .map(|stat| {
+            // Fields after the command (which may hold spaces): utime and stime are the 12th and 13th.
+            let rest = &stat[stat.rfind(')').map_or(0, |i| i + 2)..];
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            fields[11].parse::<u64>().unwrap_or(0) + fields[12].parse::<u64>().unwrap_or(0)
+        })
+        .sum();
+    Duration::from_millis(ticks * 10)
 }
 
 fn rss_kb(pid: u32) -> u64 {
@@ -536,6 +536,8 @@ struct Figures {
     load_p99: Duration,
     crossed: usize,
     trips: usize,
+    /// CPU (user + system) of the server processes per round trip: sequential, under load.
+    cpu_per_trip: [Duration; 2],
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -589,16 +591,58 @@ async fn open_session(http: &reqwest::Client, wire: Wire, url: &str) -> Result<S
     }
 }
 
-async fn workload(http: &reqwest::Client, route: &Route) -> Figures {
-    workload_on(http, route, Wire::Session).await
+/// 2025-11-25 round trips over `route`; `servers` are the pids whose CPU is counted.
+/// One client per session, each running round trips back to back until `stop`; every trip
+/// with the time it finished.
+async fn closed_loop(
+    http: reqwest::Client,
+    route: Route,
+    wire: Wire,
+    sessions: Vec<Result<String, String>>,
+    stop: Instant,
+) -> Vec<(Instant, Trip)> {
+    let clients: Vec<_> = sessions
+        .into_iter()
+        .enumerate()
+        .map(|(w, session)| {
+            let (http, route) = (http.clone(), route.clone());
+            tokio::spawn(async move {
+                let session = session.expect("initialize");
+                let mut trips = Vec::new();
+                let mut i = w;
+                while Instant::now() < stop {
+                    let (call, answer) = route.pick(i);
+                    match trip(&http, wire, call, answer, &session, i as u64 + 1).await {
+                        Ok(trip) => trips.push((Instant::now(), trip)),
+                        Err(e) => error("concurrent", e),
+                    }
+                    i += 1;
+                }
+                trips
+            })
+        })
+        .collect();
+    let mut trips = Vec::new();
+    for client in clients {
+        trips.extend(client.await.expect("client"));
+    }
+    trips
 }
 
-async fn workload_on(http: &reqwest::Client, route: &Route, wire: Wire) -> Figures {
+async fn workload(http: &reqwest::Client, route: &Route, servers: &[u32]) -> Figures {
+    workload_on(http, route, Wire::Session, servers).await
+}
+
+async fn workload_on(http: &reqwest::Client, route: &Route, wire: Wire, servers: &[u32]) -> Figures {
     let session = open_session(http, wire, &route.calls[0]).await.expect("initialize");
+    let mut cpu_at_start = Duration::ZERO;
     let (mut crossed, mut trips) = (0, 0);
     let mut samples = Vec::with_capacity(SEQUENTIAL);
     let mut phases: [Vec<Duration>; 3] = Default::default();
     for i in 0..WARMUP + SEQUENTIAL {
+        if i == WARMUP {
+            cpu_at_start = cpu_time(servers);
+        }
         let (call, answer) = route.pick(i);
         match trip(http, wire, call, answer, &session, i as u64 + 1).await {
             Ok(trip) if i >= WARMUP => {
@@ -613,6 +657,7 @@ async fn workload_on(http: &reqwest::Client, route: &Route, wire: Wire) -> Figur
             Err(e) => error("sequential", e),
         }
     }
+    let sequential_cpu = (cpu_time(servers) - cpu_at_start) / samples.len().max(1) as u32;
     samples.sort();
     let phases = phases.map(|mut v| {
         v.sort();
@@ -622,38 +667,15 @@ async fn workload_on(http: &reqwest::Client, route: &Route, wire: Wire) -> Figur
     let sessions = futures::future::join_all((0..CONCURRENCY).map(|w| open_session(http, wire, route.pick(w).0))).await;
     let stop = Instant::now() + WINDOW;
     let started = Instant::now();
-    let workers: Vec<_> = sessions
-        .into_iter()
-        .enumerate()
-        .map(|(w, session)| {
-            let (http, route) = (http.clone(), route.clone());
-            tokio::spawn(async move {
-                let session = session.expect("initialize");
-                let (mut latencies, mut crossed) = (Vec::new(), 0);
-                let mut i = w;
-                while Instant::now() < stop {
-                    let (call, answer) = route.pick(i);
-                    match trip(&http, wire, call, answer, &session, i as u64 + 1).await {
-                        Ok(trip) => {
-                            latencies.push(trip.elapsed);
-                            crossed += trip.crossed as usize;
-                        }
-                        Err(e) => error("concurrent", e),
-                    }
-                    i += 1;
-                }
-                (latencies, crossed)
-            })
-        })
-        .collect();
+    let cpu_at_start = cpu_time(servers);
     let mut under_load = Vec::new();
-    for w in workers {
-        let (latencies, c) = w.await.expect("worker");
-        trips += latencies.len();
-        crossed += c;
-        under_load.extend(latencies);
+    for (_, trip) in closed_loop(http.clone(), route.clone(), wire, sessions, stop).await {
+        trips += 1;
+        crossed += trip.crossed as usize;
+        under_load.push(trip.elapsed);
     }
     let elapsed = started.elapsed();
+    let load_cpu = (cpu_time(servers) - cpu_at_start) / under_load.len().max(1) as u32;
     under_load.sort();
     Figures {
         phases,
@@ -664,6 +686,7 @@ async fn workload_on(http: &reqwest::Client, route: &Route, wire: Wire) -> Figur
         load_p99: percentile(&under_load, 0.99),
         crossed,
         trips,
+        cpu_per_trip: [sequential_cpu, load_cpu],
     }
 }
 
@@ -681,7 +704,17 @@ fn row_2026(name: &str, f: &Figures) {
         ms(f.load_p99),
         100.0 * f.crossed as f64 / f.trips.max(1) as f64
     );
-    println!("  {:<40} p50 of the parts: call -> input_required {:.3} ms, retry -> result {:.3} ms", "", ms(f.phases[0]), ms(f.phases[1]));
+    println!(
+        "  {:<40} p50 of the parts: call -> input_required {:.3} ms, retry -> result {:.3} ms; {}",
+        "",
+        ms(f.phases[0]),
+        ms(f.phases[1]),
+        cpu_note(f)
+    );
+}
+
+fn cpu_note(f: &Figures) -> String {
+    format!("server CPU per round trip {:.3} ms at 1 client, {:.3} ms at {CONCURRENCY}", ms(f.cpu_per_trip[0]), ms(f.cpu_per_trip[1]))
 }
 
 fn row(name: &str, f: &Figures) {
@@ -695,11 +728,12 @@ fn row(name: &str, f: &Figures) {
         100.0 * f.crossed as f64 / f.trips.max(1) as f64
     );
     println!(
-        "  {:<40} p50 of the parts: call -> elicitation/create {:.3} ms, answer -> 202 {:.3} ms, 202 -> result {:.3} ms",
+        "  {:<40} p50 of the parts: call -> elicitation/create {:.3} ms, answer -> 202 {:.3} ms, 202 -> result {:.3} ms; {}",
         "",
         ms(f.phases[0]),
         ms(f.phases[1]),
-        ms(f.phases[2])
+        ms(f.phases[2]),
+        cpu_note(f)
     );
 }
 
@@ -806,6 +840,88 @@ fn verdict(ok: bool) -> &'static str {
     if ok { "met" } else { "MISSED" }
 }
 
+// ---- sustained load ----------------------------------------------------------------------------
+
+/// The elicitation timeout of the sustained run: the default, so tombstones live as long as
+/// they do for users.
+const SUSTAINED_TIMEOUT: &str = "5m";
+const SUSTAINED_WINDOW: Duration = Duration::from_secs(30);
+
+/// `-- sustained [minutes]`: 3 durable nodes behind nginx, CONCURRENCY clients without pause
+/// for `minutes` (15 by default), one row per 30 s window: does the cost grow with time?
+async fn sustained(http: &reqwest::Client, nginx: &Path, minutes: u64) {
+    println!(
+        "sustained load: 3 durable nodes behind nginx, {CONCURRENCY} clients, {minutes} min, {SUSTAINED_WINDOW:?} windows, elicitation timeout {SUSTAINED_TIMEOUT}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = start_raft_timing_out(http, dir.path(), 3, SUSTAINED_TIMEOUT).await;
+    let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
+    let front = start_nginx(http, nginx, &dir.path().join("nginx"), &ports).await;
+    let route = Route::one(&front.url);
+    let sessions = futures::future::join_all((0..CONCURRENCY).map(|_| open_session(http, Wire::Session, &front.url))).await;
+    let started = Instant::now();
+    let total = Duration::from_secs(60 * minutes);
+    let windows = (total.as_secs() / SUSTAINED_WINDOW.as_secs()).max(1) as usize;
+    let trips = tokio::spawn(closed_loop(http.clone(), route, Wire::Session, sessions, started + total));
+    // RSS of each node and the data directories' size at the end of each window.
+    let pids: Vec<u32> = nodes.iter().map(|n| n.proc.pid()).collect();
+    let mut samples = Vec::new();
+    for k in 1..=windows {
+        tokio::time::sleep_until((started + SUSTAINED_WINDOW * k as u32).into()).await;
+        let rss: Vec<f64> = pids.iter().map(|pid| rss_kb(*pid) as f64 / 1024.0).collect();
+        samples.push((rss, dir_bytes(dir.path()) as f64 / (1024.0 * 1024.0)));
+    }
+    let mut by_window: Vec<Vec<Duration>> = vec![Vec::new(); windows];
+    for (finished, trip) in trips.await.expect("clients") {
+        let k = (finished.duration_since(started).as_secs_f64() / SUSTAINED_WINDOW.as_secs_f64()) as usize;
+        by_window[k.min(windows - 1)].push(trip.elapsed);
+    }
+    println!("  window   trips/s      p50 ms   p99 ms   max ms   RSS of the nodes (MB)      data dirs (MB)");
+    let mut rows = Vec::new();
+    for (k, mut latencies) in by_window.into_iter().take(windows).enumerate() {
+        latencies.sort();
+        let per_sec = latencies.len() as f64 / SUSTAINED_WINDOW.as_secs_f64();
+        let (p50, p99, max) = (percentile(&latencies, 0.5), percentile(&latencies, 0.99), latencies.last().copied().unwrap_or_default());
+        let (rss, data) = &samples[k];
+        let rss_text: Vec<String> = rss.iter().map(|r| format!("{r:>6.1}")).collect();
+        println!(
+            "  {:>6} {per_sec:>9.0} {:>11.2} {:>8.2} {:>8.1}   {:<26} {data:>8.1}",
+            k + 1,
+            ms(p50),
+            ms(p99),
+            ms(max),
+            rss_text.join(" ")
+        );
+        rows.push((per_sec, p99, max, rss.iter().cloned().fold(0.0, f64::max)));
+    }
+    let (first, last) = (rows[0], rows[rows.len() - 1]);
+    let worst = rows.iter().map(|r| r.2).max().unwrap_or_default();
+    let peak_rss = rows.iter().map(|r| r.3).fold(0.0, f64::max);
+    println!("\nsummary (issue 14 sustained-load targets)");
+    let target = |name: &str, measured: String, ok: bool| println!("  {name:<56} {measured:<30} {}", verdict(ok));
+    let ratio = last.0 / first.0;
+    target("throughput, last window / first (>= 0.9)", format!("x{ratio:.2} ({:.0} vs {:.0})", last.0, first.0), ratio >= 0.9);
+    let ratio = last.1.as_secs_f64() / first.1.as_secs_f64();
+    target("p99, last window / first (<= 1.5)", format!("x{ratio:.2} ({:.1} vs {:.1} ms)", ms(last.1), ms(first.1)), ratio <= 1.5);
+    target("longest round trip (<= 200 ms)", format!("{:.1} ms", ms(worst)), worst <= Duration::from_millis(200));
+    target("largest node RSS (< 300 MB)", format!("{peak_rss:.1} MB"), peak_rss < 300.0);
+    drop(front);
+}
+
+/// Bytes of the files under `dir`.
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| match entry.metadata() {
+            Ok(m) if m.is_dir() => dir_bytes(&entry.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     runtime.block_on(async {
@@ -819,6 +935,14 @@ fn main() {
         }
         let trips = |f: &Figures| f.trips + WARMUP;
         let memory_only = std::env::args().any(|a| a == "memory");
+        let args: Vec<String> = std::env::args().collect();
+        if let Some(at) = args.iter().position(|a| a == "sustained") {
+            let minutes = args.get(at + 1).and_then(|m| m.parse().ok()).unwrap_or(15);
+            sustained(&http, nginx.as_ref().expect("the sustained run needs nginx"), minutes).await;
+            let errors = ERRORS.load(Ordering::Relaxed);
+            assert_eq!(errors, 0, "{errors} round trips failed (first ones printed above)");
+            return;
+        }
 
         // 1. The cluster.
         let mut clustered = None;
@@ -829,15 +953,18 @@ fn main() {
             let dir = tempfile::tempdir().unwrap();
             let mut nodes = start_raft(&http, dir.path(), 3).await;
             let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
-            let (mut front, url) = start_nginx(&http, nginx, &dir.path().join("nginx"), &ports).await;
+            let front = start_nginx(&http, nginx, &dir.path().join("nginx"), &ports).await;
+            let url = front.url.clone();
             let leader = metric(&http, &nodes[0].metrics_url(), "switchboard_raft_leader").await.map(|l| l as usize).filter(|l| *l < 3).unwrap_or(0);
             let follower = (leader + 1) % 3;
             let urls: Vec<String> = nodes.iter().map(Node::url).collect();
-            let f = workload(&http, &Route::one(&url)).await;
+            let node_pids: Vec<u32> = nodes.iter().map(|n| n.proc.pid()).collect();
+            let all_pids: Vec<u32> = node_pids.iter().copied().chain(front.pids()).collect();
+            let f = workload(&http, &Route::one(&url), &all_pids).await;
             row("through nginx (round-robin)", &f);
             let mut served = trips(&f);
             clustered = Some(f);
-            let f = workload_on(&http, &Route::one(&url), Wire::Mrtr).await;
+            let f = workload_on(&http, &Route::one(&url), Wire::Mrtr, &all_pids).await;
             row_2026("through nginx, 2026-07-28 MRTR", &f);
             served += trips(&f);
             clustered_2026 = Some(f);
@@ -846,14 +973,14 @@ fn main() {
                 ("direct, all on the leader", Route::one(&urls[leader])),
                 ("direct, all on a follower", Route::one(&urls[follower])),
             ] {
-                let f = workload(&http, &route).await;
+                let f = workload(&http, &route, &node_pids).await;
                 row(name, &f);
                 served += trips(&f);
             }
             let pids: Vec<(String, u32)> =
                 nodes.iter().enumerate().map(|(i, n)| (format!("node {i}{}", if i == leader { " (leader)" } else { "" }), n.proc.pid())).collect();
             rss_line("nodes", served, &pids);
-            front.stop();
+            drop(front);
             for n in &mut nodes {
                 n.proc.stop();
             }
@@ -879,29 +1006,35 @@ fn main() {
 
         // 2. One node.
         let mut single = None;
+        let mut durable_single = None;
         if !memory_only {
             println!("\n2. one node");
             let dir = tempfile::tempdir().unwrap();
             let mut node = start_memory(&http, dir.path()).await;
-            let f = workload(&http, &Route::one(&node.url())).await;
+            let pid = [node.proc.pid()];
+            let f = workload(&http, &Route::one(&node.url()), &pid).await;
             row("memory store, direct", &f);
             let mut served = trips(&f);
             single = Some(f);
-            let f = workload_on(&http, &Route::one(&node.url()), Wire::Mrtr).await;
+            let f = workload_on(&http, &Route::one(&node.url()), Wire::Mrtr, &pid).await;
             row_2026("memory store, direct, 2026-07-28 MRTR", &f);
             served += trips(&f);
             if let Some(nginx) = &nginx {
-                let (mut front, url) = start_nginx(&http, nginx, &dir.path().join("nginx"), &[node.port]).await;
-                let f = workload(&http, &Route::one(&url)).await;
+                let front = start_nginx(&http, nginx, &dir.path().join("nginx"), &[node.port]).await;
+                let url = front.url.clone();
+                let pids: Vec<u32> = pid.iter().copied().chain(front.pids()).collect();
+                let f = workload(&http, &Route::one(&url), &pids).await;
                 row("memory store, through nginx", &f);
                 served += trips(&f);
-                front.stop();
+                drop(front);
             }
             rss_line("memory-store node", served, &[("node".into(), node.proc.pid())]);
             node.proc.stop();
             let raft_dir = tempfile::tempdir().unwrap();
             let mut lone = start_raft(&http, raft_dir.path(), 1).await;
-            row("1-node Raft store (fsync), direct", &workload(&http, &Route::one(&lone[0].url())).await);
+            let f = workload(&http, &Route::one(&lone[0].url()), &[lone[0].proc.pid()]).await;
+            row("1-node Raft store (fsync), direct", &f);
+            durable_single = Some(f);
             lone[0].proc.stop();
         }
 
@@ -946,6 +1079,24 @@ fn main() {
         println!("  per parked 2026-07-28 call, memory store: {mrtr_park:.2} KB (target <= 5 KB): {}", verdict(mrtr_park <= 5.0));
         if let Some(kb) = cluster_park {
             println!("  per parked call, cluster member (owner): {kb:.2} KB (target < 8 KB): {}", verdict(kb < 8.0));
+        }
+        println!("\nsummary (issue 14 targets, this run)");
+        let target = |name: &str, measured: String, ok: bool| println!("  {name:<62} {measured:<34} {}", verdict(ok));
+        if let Some(c) = &clustered {
+            target("3 durable nodes via nginx, trips/s at 64 clients (>= 3,000)", format!("{:.0} (x{:.2})", c.per_sec, c.per_sec / 3000.0), c.per_sec >= 3000.0);
+            target("3 durable nodes via nginx, p50 at 1 client (<= 1.5 ms)", format!("{:.3} ms (x{:.2})", ms(c.p50), ms(c.p50) / 1.5), ms(c.p50) <= 1.5);
+            target("3 durable nodes via nginx, p99 at 64 clients (<= 40 ms)", format!("{:.1} ms (x{:.2})", ms(c.load_p99), ms(c.load_p99) / 40.0), ms(c.load_p99) <= 40.0);
+            let [one, many] = c.cpu_per_trip.map(ms);
+            target("  server CPU per round trip at 64 clients (<= 0.5 ms)", format!("{many:.3} ms (x{:.2})", many / 0.5), many <= 0.5);
+            target("  server CPU per round trip at 1 client (<= 1.5 ms)", format!("{one:.3} ms (x{:.2})", one / 1.5), one <= 1.5);
+        }
+        if let (Some(d), Some(m)) = (&durable_single, &single) {
+            let ratio = d.per_sec / m.per_sec;
+            target("1 durable node / 1 memory node, trips/s at 64 (>= 0.8x)", format!("x{ratio:.2} ({:.0} vs {:.0})", d.per_sec, m.per_sec), ratio >= 0.8);
+        }
+        println!("  {:<62} {:<34} NOT MEASURED", "1 memory node / rmcp 3.11 stateful server (>= 1.0x, <= its CPU)", "(no rmcp server in this bench yet)");
+        if let Some(kb) = cluster_park {
+            target("owner memory per parked call, 3-node cluster (<= 4 KB)", format!("{kb:.2} KB (x{:.2})", kb / 4.0), kb <= 4.0);
         }
         let errors = ERRORS.load(Ordering::Relaxed);
         assert_eq!(errors, 0, "{errors} round trips failed (first ones printed above)");

@@ -114,6 +114,15 @@ impl Nginx {
     }
 }
 
+impl Nginx {
+    /// The master's pid and its workers' (for a benchmark's CPU figures).
+    pub fn pids(&self) -> Vec<u32> {
+        let master = self.child.id();
+        let children = std::fs::read_to_string(format!("/proc/{master}/task/{master}/children")).unwrap_or_default();
+        std::iter::once(master).chain(children.split_whitespace().filter_map(|p| p.parse().ok())).collect()
+    }
+}
+
 impl Drop for Nginx {
     fn drop(&mut self) {
         let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
