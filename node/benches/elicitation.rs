@@ -19,6 +19,8 @@
 //! `cargo bench -p switchboard-node --bench elicitation` (about a minute; nginx from NGINX_BIN,
 //! `nginx` on PATH or /usr/sbin/nginx — the cluster and load-balanced parts are skipped without
 //! it). Prints figures and targets; asserts only that every call came back confirmed.
+//! `BENCH_SWITCHBOARD_BIN=path` runs another `switchboard` build (an earlier commit's) instead
+//! of this one's, for a before/after in the same conditions.
 //! `cargo bench -p switchboard-node --bench elicitation -- memory` runs section 3 alone (no
 //! nginx needed). `-- sustained [minutes]` runs the sustained-load check instead: 3 durable
 //! nodes behind nginx, 64 clients for 15 minutes (or `minutes`), a row per 30 s window with
@@ -98,6 +100,12 @@ impl Drop for Proc {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The `switchboard` binary the bench runs: this build's, or `BENCH_SWITCHBOARD_BIN` (another
+/// build, e.g. an earlier commit's, to compare in the same conditions).
+fn server_bin() -> PathBuf {
+    std::env::var_os("BENCH_SWITCHBOARD_BIN").map_or_else(|| PathBuf::from(BIN), PathBuf::from)
 }
 
 fn spawn(program: &Path, args: &[String], dir: &Path, log: PathBuf) -> Proc {
@@ -199,7 +207,7 @@ async fn start_raft_timing_out(http: &reqwest::Client, dir: &Path, size: usize, 
             args.extend(["--encryption-key-file".into(), key.display().to_string()]);
         }
         args.extend(common_args(timeout));
-        let proc = spawn(Path::new(BIN), &args, dir, dir.join(format!("node{i}.log")));
+        let proc = spawn(&server_bin(), &args, dir, dir.join(format!("node{i}.log")));
         nodes.push(Node { port, metrics_port, proc });
     }
     wait_ready(http, &mut nodes).await;
@@ -219,7 +227,7 @@ async fn start_memory(http: &reqwest::Client, dir: &Path) -> Node {
         format!("127.0.0.1:{}", ports[1]),
     ];
     args.extend(common_args(ELICITATION_TIMEOUT));
-    let proc = spawn(Path::new(BIN), &args, dir, dir.join("memory.log"));
+    let proc = spawn(&server_bin(), &args, dir, dir.join("memory.log"));
     let mut nodes = vec![Node { port: ports[0], metrics_port: ports[1], proc }];
     wait_ready(http, &mut nodes).await;
     nodes.pop().unwrap()

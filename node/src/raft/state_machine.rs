@@ -30,6 +30,13 @@ pub type Millis = u64;
 /// (which set the sealed deadline) run ahead of log time. A delivered value goes sooner, once
 /// its owner took it (`MailboxRelease`).
 pub const TOMBSTONE_RETENTION_MS: Millis = 60 * 1000;
+/// How long a tombstone outlives the release of its taken value, if its deadline is later. It
+/// refuses the retries of an answer (a client resending it, a 2026 retry sent again) with
+/// `AlreadyDelivered`; a copy that comes later still, before the deadline, is kept as an early
+/// delivery no create will take, and goes at the deadline. Without this, at the default
+/// timeouts every round trip's record stayed six minutes, the bulk of a replica's memory and
+/// of every snapshot under load.
+pub const TAKEN_RETENTION_MS: Millis = 60 * 1000;
 /// Most keys one `MailboxRelease` names.
 pub const MAX_RELEASE_BATCH: usize = 1024;
 /// How long a write's outcome is remembered for a retry of the same write: a write is retried
@@ -421,6 +428,11 @@ impl StateMachine {
                         && matches!(mailbox.state, MailboxState::Delivered(_))
                     {
                         mailbox.state = MailboxState::Taken;
+                        let until_deadline = mailbox.deadline + TOMBSTONE_RETENTION_MS;
+                        let drop_at = now.saturating_add(TAKEN_RETENTION_MS).min(until_deadline);
+                        if self.tombstones.remove(&(until_deadline, key.clone())) {
+                            self.tombstones.insert((drop_at, key.clone()));
+                        }
                     }
                 }
                 Response::Done
@@ -751,6 +763,31 @@ mod tests {
         assert_eq!(sm.mailbox(&key(1)).unwrap().state, MailboxState::Taken);
         sm.apply(&req(1500 + TOMBSTONE_RETENTION_MS, Command::Tick));
         assert!(sm.mailbox(&key(1)).is_none());
+    }
+
+    #[test]
+    fn a_taken_values_tombstone_goes_a_minute_after_its_release_not_at_its_deadline() {
+        let mut sm = StateMachine::default();
+        let hour = 60 * 60 * 1000;
+        create(&mut sm, 1000, 1, hour);
+        create(&mut sm, 1000, 2, hour);
+        deliver(&mut sm, 1100, 1, "v");
+        deliver(&mut sm, 1100, 2, "w");
+        sm.apply(&req(1200, Command::MailboxRelease { keys: vec![key(1)] }));
+        sm.apply(&req(1200 + TAKEN_RETENTION_MS - 1, Command::Tick));
+        assert_eq!(deliver(&mut sm, 1200 + TAKEN_RETENTION_MS - 1, 1, "again").0, Response::Delivered(DeliverOutcome::AlreadyDelivered));
+        assert_eq!(sm.next_expiry(), Some(1200 + TAKEN_RETENTION_MS));
+        sm.apply(&req(1200 + TAKEN_RETENTION_MS, Command::Tick));
+        assert!(sm.mailbox(&key(1)).is_none(), "gone long before its deadline");
+        assert_eq!(sm.mailbox(&key(2)).unwrap().state, MailboxState::Delivered(text("w")), "a value not taken stays");
+        // A copy of the answer after that, before the deadline, is kept for a create that
+        // never comes, and goes at its deadline: the handler got the first value only.
+        assert_eq!(
+            deliver_early(&mut sm, 70_000, 1, SessionTag::default(), 1, 1000 + hour, "late copy"),
+            Response::Delivered(DeliverOutcome::Delivered)
+        );
+        sm.apply(&req(1000 + hour, Command::Tick));
+        assert_eq!(sm.mailbox(&key(1)).unwrap().state, MailboxState::Expired);
     }
 
     #[test]

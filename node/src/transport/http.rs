@@ -61,7 +61,10 @@ impl Default for HttpConfig {
             standalone_stream: true,
             keep_alive: Duration::from_secs(15),
             retry: Duration::from_millis(1000),
-            stream_retention: Duration::from_secs(300),
+            // A client resumes a broken stream within seconds (it retries after `retry`); kept
+            // longer, every finished call's events were the bulk of a replica's memory under
+            // load (five minutes of round trips).
+            stream_retention: Duration::from_secs(60),
             stream_capacity: 1024,
             connections: ConnectionLimits::default(),
         }
