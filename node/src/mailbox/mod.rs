@@ -15,9 +15,12 @@ mod memory;
 pub use memory::InMemoryMailbox;
 
 use async_trait::async_trait;
+use futures::future::MaybeDone;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 /// The cause of a store failure, kept (not flattened to text) so its whole chain can be logged.
@@ -232,9 +235,108 @@ pub async fn create_for_sent_request(
     }
 }
 
+/// The create of a mailbox whose request goes out before the create has committed (see
+/// [`create_for_sent_request`]). Whoever gives the request up (the call is cancelled, the node
+/// stops) waits for the create to settle before deleting the mailbox: a delete that overtook
+/// its create would leave the mailbox pending until its deadline.
+pub struct CreateInFlight<'a, F: Future> {
+    create: Pin<&'a mut MaybeDone<F>>,
+}
+
+impl<'a, F: Future<Output = Result<CreateOutcome, MailboxError>>> CreateInFlight<'a, F> {
+    /// Polls the create once, so it is proposed before the request goes out.
+    pub async fn propose(mut create: Pin<&'a mut MaybeDone<F>>) -> Self {
+        let _ = futures::poll!(create.as_mut());
+        CreateInFlight { create }
+    }
+
+    /// The create's error, if it has already failed (without waiting).
+    pub fn failed_already(&mut self) -> Option<MailboxError> {
+        match &*self.create {
+            MaybeDone::Done(Err(_)) => self.create.as_mut().take_output().and_then(Result::err),
+            _ => None,
+        }
+    }
+
+    /// Waits until the create has settled, and returns its error the first time it is asked.
+    /// Asked again after that, it is `Ok`: whoever got the error has given the request up.
+    pub async fn settled(&mut self) -> Result<(), MailboxError> {
+        if matches!(&*self.create, MaybeDone::Gone) {
+            return Ok(());
+        }
+        self.create.as_mut().await;
+        self.create.as_mut().take_output().map_or(Ok(()), |outcome| outcome.map(drop))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    /// A store whose creates take a while to commit.
+    struct SlowCreates(InMemoryMailbox);
+
+    #[async_trait]
+    impl Mailbox for SlowCreates {
+        async fn create(&self, key: &MailboxKey, session: SessionTag, owner: NodeId, ttl: Duration) -> Result<CreateOutcome, MailboxError> {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            self.0.create(key, session, owner, ttl).await
+        }
+        async fn deliver(
+            &self,
+            key: &MailboxKey,
+            session: SessionTag,
+            addressee: Option<Addressee>,
+            value: Value,
+        ) -> Result<DeliverOutcome, MailboxError> {
+            self.0.deliver(key, session, addressee, value).await
+        }
+        async fn wait(&self, key: &MailboxKey, timeout: Duration) -> Result<WaitOutcome, MailboxError> {
+            self.0.wait(key, timeout).await
+        }
+        async fn delete(&self, key: &MailboxKey) -> Result<(), MailboxError> {
+            self.0.delete(key).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_given_up_while_its_create_commits_leaves_no_pending_mailbox() {
+        let store = SlowCreates(InMemoryMailbox::new());
+        let key = MailboxKey::random();
+        let create = futures::future::maybe_done(create_for_sent_request(&store, &key, SessionTag::default(), 1, Duration::from_secs(60)));
+        tokio::pin!(create);
+        let mut created = CreateInFlight::propose(create).await;
+        assert!(created.failed_already().is_none(), "the create is still committing");
+        created.settled().await.unwrap();
+        store.delete(&key).await.unwrap();
+        assert_eq!(store.0.pending(), 0);
+        let answer = store.deliver(&key, SessionTag::default(), None, json!(1)).await.unwrap();
+        assert_eq!(answer, DeliverOutcome::Deleted, "a late answer is told the request is gone");
+        assert!(created.settled().await.is_ok(), "settled again once it has settled");
+    }
+
+    #[tokio::test]
+    async fn a_delete_that_overtakes_its_create_leaves_the_mailbox_pending() {
+        // Why `CreateInFlight::settled` comes before a delete.
+        let store = SlowCreates(InMemoryMailbox::new());
+        let key = MailboxKey::random();
+        let create = create_for_sent_request(&store, &key, SessionTag::default(), 1, Duration::from_secs(60));
+        let (created, ()) = tokio::join!(create, async { store.delete(&key).await.unwrap() });
+        assert_eq!(created.unwrap(), CreateOutcome::Created);
+        assert_eq!(store.0.pending(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_create_that_failed_is_reported_once() {
+        let store = InMemoryMailbox::new();
+        let key = MailboxKey::random();
+        let create = futures::future::maybe_done(create_for_sent_request(&store, &key, SessionTag::default(), 1, Duration::ZERO));
+        tokio::pin!(create);
+        let mut created = CreateInFlight::propose(create).await;
+        assert!(matches!(created.failed_already(), Some(MailboxError::InvalidTtl { .. })));
+        assert!(created.failed_already().is_none());
+    }
 
     #[test]
     fn keys_are_32_hex_digits_and_round_trip() {

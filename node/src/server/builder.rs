@@ -94,6 +94,7 @@ impl ServerBuilder {
                     sealer: self.sealer.unwrap_or_else(|| Arc::new(IdSealer::random())),
                     metrics: self.metrics.unwrap_or_default(),
                     elicitation_timeout: self.config.elicitation_timeout,
+                    schemas: Default::default(),
                     sampling_timeout: self.config.sampling_timeout,
                     announcements,
                     stopping: Default::default(),

@@ -12,7 +12,7 @@ use super::outbound::{Outbound, Outgoing};
 use super::rendezvous::Rendezvous;
 use super::round::{AskError, ModernCall};
 use super::schema::validation_errors;
-use crate::mailbox::{MailboxError, MailboxKey, WaitOutcome, create_for_sent_request};
+use crate::mailbox::{CreateInFlight, MailboxError, MailboxKey, WaitOutcome, create_for_sent_request};
 use crate::protocol::json_text::JsonText;
 use crate::protocol::jsonrpc::{ErrorObject, MISSING_REQUIRED_CLIENT_CAPABILITY, Message, RequestId};
 use crate::protocol::types::{
@@ -225,14 +225,9 @@ impl RequestContext {
     async fn elicit_keyed(&self, key: Option<&str>, message: String, requested_schema: Value) -> Result<ElicitResult, ClientRequestError> {
         self.require(self.capabilities().elicitation_form, "elicitation", json!({"elicitation": {}}))?;
         check_flat_schema(&requested_schema)?;
-        // Compile now to refuse a bad schema before asking, but don't hold the validator while
-        // parked (it is most of a parked call's memory): rebuild it when an answer is accepted.
-        // Parked, the schema is kept as JSON text, a fraction of the size of a `Value`, and
-        // without its titles and descriptions, which validation does not read: the request on
-        // the stream carries them already, and a parked call keeps nothing twice.
-        jsonschema::validator_for(&requested_schema).map_err(|e| ClientRequestError::InvalidSchema(e.to_string()))?;
-        let mut schema_text = without_annotations(&requested_schema).to_string();
-        schema_text.shrink_to_fit();
+        // Compiled before asking, to refuse a bad schema; shared with every call that asks with
+        // the same schema, so a parked call holds no schema of its own.
+        let validator = self.scope.rendezvous.schemas.validator(&requested_schema).map_err(ClientRequestError::InvalidSchema)?;
         // Built by moving the schema in (`json!` would copy it and keep the original alive).
         let mut params = Map::new();
         params.insert("message".into(), Value::String(message));
@@ -243,8 +238,6 @@ impl RequestContext {
         let answer = self.ask(key, RequestKind::Elicitation, "elicitation/create", Value::Object(params)).await?;
         let result: ElicitResult = serde_json::from_value(answer).map_err(|e| ClientRequestError::MalformedAnswer(e.to_string()))?;
         if result.action == ElicitAction::Accept {
-            let schema: Value = serde_json::from_str(&schema_text).expect("serialized JSON parses back");
-            let validator = jsonschema::validator_for(&schema).map_err(|e| ClientRequestError::InvalidSchema(e.to_string()))?;
             let content = Value::Object(result.content.clone().unwrap_or_default());
             if let Some(errors) = validation_errors(&validator, &content) {
                 // A 2026-07-28 client sent it as a request parameter: invalid params.
@@ -365,15 +358,10 @@ impl RequestContext {
         let ttl = timeout + MAILBOX_GRACE;
         let tag = server.sealer.session_tag(session.id.as_str());
         let started = Instant::now();
-        let created = maybe_done(create_for_sent_request(&*server.mailbox, &key, tag, server.node_id, ttl));
-        tokio::pin!(created);
-        // Proposed before the request goes out (it runs up to its first wait), so an answer
-        // rarely overtakes it.
-        let _ = futures::poll!(created.as_mut());
-        let mut created = async move || {
-            created.as_mut().await;
-            created.as_mut().take_output().expect("awaited once")
-        };
+        let create = maybe_done(create_for_sent_request(&*server.mailbox, &key, tag, server.node_id, ttl));
+        tokio::pin!(create);
+        // Proposed before the request goes out, so an answer rarely overtakes it.
+        let mut created = CreateInFlight::propose(create).await;
         let sealed = correlation::SealedRequest {
             key: key.clone(),
             owner: server.node_id,
@@ -384,12 +372,12 @@ impl RequestContext {
         tracing::debug!(%key, %kind, session = %session.id, "server-to-client request sent; parked");
         if let Err(e) = self.send(Message::request(id.clone(), method, params)) {
             // Created first, so the deletion is not overtaken by it.
-            created().await?;
+            created.settled().await?;
             server.mailbox.delete(&key).await?;
             return Err(e);
         }
         let parked = async {
-            if let Err(e) = created().await {
+            if let Err(e) = created.settled().await {
                 // Told, so it stops waiting for an answer no one will take.
                 let reason = format!("the server could not park this {kind}: {e}");
                 let _ = self.send(Message::notification("notifications/cancelled", json!({"requestId": id, "reason": reason})));
@@ -400,6 +388,7 @@ impl RequestContext {
         let outcome = tokio::select! {
             outcome = parked => outcome?,
             _ = self.scope.cancel.cancelled() => {
+                created.settled().await?;
                 server.mailbox.delete(&key).await?;
                 return Err(ClientRequestError::Cancelled);
             }
@@ -407,6 +396,7 @@ impl RequestContext {
                 let reason = "the server replica running this call is shutting down";
                 let _ = self.send(Message::notification("notifications/cancelled", json!({"requestId": id, "reason": reason})));
                 // A late answer is told the request is gone rather than parked for no one.
+                created.settled().await?;
                 server.mailbox.delete(&key).await?;
                 return Err(ClientRequestError::NodeStopping);
             }
@@ -446,27 +436,6 @@ impl Message {
     }
 }
 
-/// `schema` without the keywords that only annotate (`title`, `description`), at every level a
-/// form schema has: the object, its properties, their items and their `oneOf`/`anyOf` branches.
-/// Property names are data, not keywords: a property called `title` stays.
-fn without_annotations(schema: &Value) -> Value {
-    let Value::Object(keywords) = schema else { return schema.clone() };
-    let mut kept = Map::new();
-    for (keyword, value) in keywords {
-        let value = match (keyword.as_str(), value) {
-            ("title" | "description", _) => continue,
-            ("properties", Value::Object(properties)) => {
-                Value::Object(properties.iter().map(|(name, property)| (name.clone(), without_annotations(property))).collect())
-            }
-            ("items", item) => without_annotations(item),
-            ("oneOf" | "anyOf", Value::Array(branches)) => Value::Array(branches.iter().map(without_annotations).collect()),
-            _ => value.clone(),
-        };
-        kept.insert(keyword.clone(), value);
-    }
-    Value::Object(kept)
-}
-
 /// The spec restricts form elicitation to a flat object whose properties are primitives
 /// (string, number, integer, boolean; enums as string or arrays of string enums).
 fn check_flat_schema(schema: &Value) -> Result<(), ClientRequestError> {
@@ -492,30 +461,6 @@ fn check_flat_schema(schema: &Value) -> Result<(), ClientRequestError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_schema_kept_while_parked_has_no_annotations_and_validates_the_same() {
-        let schema = json!({"type": "object", "title": "T", "description": "d".repeat(1000), "required": ["title"], "properties": {
-            "title": {"type": "string", "title": "Title", "description": "x".repeat(1000), "maxLength": 3},
-            "size": {"oneOf": [{"const": "s", "title": "Small"}, {"const": "l", "title": "Large"}]},
-            "tags": {"type": "array", "items": {"type": "string", "enum": ["a"], "description": "a tag"}}
-        }});
-        let kept = without_annotations(&schema);
-        assert_eq!(
-            kept,
-            json!({"type": "object", "required": ["title"], "properties": {
-                "title": {"type": "string", "maxLength": 3},
-                "size": {"oneOf": [{"const": "s"}, {"const": "l"}]},
-                "tags": {"type": "array", "items": {"type": "string", "enum": ["a"]}}
-            }})
-        );
-        let (full, kept) = (jsonschema::validator_for(&schema).unwrap(), jsonschema::validator_for(&kept).unwrap());
-        for content in
-            [json!({"title": "abc", "size": "s", "tags": ["a"]}), json!({"title": "abcd"}), json!({"size": "m", "title": "a"}), json!({})]
-        {
-            assert_eq!(full.is_valid(&content), kept.is_valid(&content), "{content}");
-        }
-    }
 
     #[test]
     fn flat_schema_rules() {

@@ -38,10 +38,10 @@ use super::requests::NodePlace;
 use super::round::{ModernCall, ModernClient, check_response};
 use super::task_calls::extension_required;
 use crate::clock::now_ms;
-use crate::mailbox::{Addressee, DeliverOutcome, MailboxKey, SessionTag, WaitOutcome, create_for_sent_request};
+use crate::mailbox::{Addressee, CreateInFlight, DeliverOutcome, MailboxKey, SessionTag, WaitOutcome, create_for_sent_request};
 use crate::protocol::jsonrpc::{ErrorObject, INTERNAL_ERROR, Message, RequestId, message_from_value};
 use crate::protocol::types::{CapabilityFlags, LogLevel, RequestKind};
-use futures::future::{MaybeDone, maybe_done};
+use futures::future::maybe_done;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
@@ -251,10 +251,10 @@ impl Server {
             // The create's commit overlaps the client's turn, as for a 2025 request (see
             // `Context::request`): a retry that reaches the store first is kept for it.
             let started = Instant::now();
-            let created = maybe_done(create_for_sent_request(&**mailbox, &answers, tag, owner, timeout + MAILBOX_GRACE));
-            tokio::pin!(created);
-            let _ = futures::poll!(created.as_mut());
-            if let MaybeDone::Done(Err(e)) = &*created {
+            let create = maybe_done(create_for_sent_request(&**mailbox, &answers, tag, owner, timeout + MAILBOX_GRACE));
+            tokio::pin!(create);
+            let mut created = CreateInFlight::propose(create).await;
+            if let Some(e) = created.failed_already() {
                 tracing::warn!(error = %e, "multi-round-trip round not started: its mailbox could not be created");
                 let error = ErrorObject::internal(format!("the server could not park this call for input: {e}"));
                 outcomes.end_round(answered, &call, Message::error(Some(id.clone()), error));
@@ -282,8 +282,7 @@ impl Server {
             // with the outcome of the round a retry answers.
             call.buffer();
             let parked = async {
-                created.as_mut().await;
-                created.as_mut().take_output().expect("awaited once")?;
+                created.settled().await?;
                 mailbox.wait(&answers, timeout.saturating_sub(started.elapsed())).await
             };
             let waited = tokio::select! {
@@ -325,7 +324,10 @@ impl Server {
                     return;
                 }
                 None => {
-                    let _ = mailbox.delete(&answers).await;
+                    // After the create, so the delete is not overtaken by it.
+                    if created.settled().await.is_ok() {
+                        let _ = mailbox.delete(&answers).await;
+                    }
                     return;
                 }
             }

@@ -4,6 +4,7 @@
 
 use super::correlation::IdSealer;
 use super::link::Notice;
+use super::schema::SchemaCache;
 use crate::mailbox::{Mailbox, NodeId};
 use crate::metrics::Metrics;
 use crate::protocol::types::RequestKind;
@@ -19,6 +20,8 @@ pub(crate) struct Rendezvous {
     pub(crate) sealer: Arc<IdSealer>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) elicitation_timeout: Duration,
+    /// Elicitation schemas, compiled once for every call that asks with them.
+    pub(crate) schemas: SchemaCache,
     pub(crate) sampling_timeout: Duration,
     /// Notices handlers announce (a list they changed); the server publishes them to every
     /// replica's streams.
