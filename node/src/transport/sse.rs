@@ -37,6 +37,8 @@ pub struct EventLog {
     pub session: SessionId,
     sealer: Arc<IdSealer>,
     capacity: usize,
+    /// Where the log says when it closed, for the sweep of its [`StreamLogs`].
+    closings: Closings,
     state: Mutex<LogState>,
     /// Wakes the readers waiting for the log to change (lighter than a watch channel: one per
     /// parked call).
@@ -44,13 +46,21 @@ pub struct EventLog {
 }
 
 impl EventLog {
-    fn new(node: u64, stream: u64, session: SessionId, sealer: Arc<IdSealer>, capacity: usize, priming: bool) -> Arc<Self> {
+    fn new(
+        node: u64,
+        stream: u64,
+        session: SessionId,
+        sealer: Arc<IdSealer>,
+        capacity: usize,
+        closings: Closings,
+        priming: bool,
+    ) -> Arc<Self> {
         let mut events = VecDeque::new();
         if priming {
             events.push_back((0, None));
         }
         let state = LogState { events, next_seq: 1, closed_at: None, reader_generation: 0, disconnect_at: 0 };
-        Arc::new(EventLog { node, stream, session, sealer, capacity, state: Mutex::new(state), changed: Notify::new() })
+        Arc::new(EventLog { node, stream, session, sealer, capacity, closings, state: Mutex::new(state), changed: Notify::new() })
     }
 
     /// The sealed id of event `seq`: names this node as the owner, opens only in the session.
@@ -87,7 +97,13 @@ impl EventLog {
 
     /// No more events will come; readers end after the last one.
     pub fn close(&self) {
-        self.state.lock().unwrap().closed_at.get_or_insert_with(Instant::now);
+        let mut state = self.state.lock().unwrap();
+        if state.closed_at.is_none() {
+            let now = Instant::now();
+            state.closed_at = Some(now);
+            drop(state);
+            self.closings.lock().unwrap().push_back((now, self.stream));
+        }
         self.changed.notify_waiters();
     }
 
@@ -210,6 +226,9 @@ impl Drop for StreamSink {
     }
 }
 
+/// Streams in the order they closed, with when: the oldest are the first to expire.
+type Closings = Arc<Mutex<VecDeque<(Instant, u64)>>>;
+
 /// The streams of this node, for resumption.
 pub struct StreamLogs {
     node: u64,
@@ -217,6 +236,7 @@ pub struct StreamLogs {
     next: AtomicU64,
     streams: Mutex<HashMap<u64, Arc<EventLog>>>,
     standalone: Mutex<HashMap<SessionId, Arc<EventLog>>>,
+    closings: Closings,
     /// How long a finished stream stays resumable.
     retention: Duration,
     capacity: usize,
@@ -230,6 +250,7 @@ impl StreamLogs {
             next: AtomicU64::new(1),
             streams: Mutex::default(),
             standalone: Mutex::default(),
+            closings: Closings::default(),
             retention,
             capacity,
         })
@@ -238,14 +259,20 @@ impl StreamLogs {
     /// A new stream for the response to one request.
     pub fn open(&self, session: &SessionId, priming: bool) -> Arc<EventLog> {
         let stream = self.next.fetch_add(1, Ordering::Relaxed);
-        let log = EventLog::new(self.node, stream, session.clone(), self.sealer.clone(), self.capacity, priming);
+        let log = EventLog::new(self.node, stream, session.clone(), self.sealer.clone(), self.capacity, self.closings.clone(), priming);
         let mut streams = self.streams.lock().unwrap();
-        // Streams whose retention passed are swept now and then, rather than each watched by a
-        // task of its own (one more task per parked call); `find` already ignores them.
-        if streams.len() % 256 == 255 {
-            let now = Instant::now();
-            streams.retain(|_, log| !log.expired(now, self.retention));
+        // Streams whose retention passed are swept here, the oldest closed first, rather than
+        // each watched by a task of its own (one more task per parked call); `find` already
+        // ignores them. Each goes once: a sweep costs what it removes.
+        let now = Instant::now();
+        let mut closings = self.closings.lock().unwrap();
+        while let Some(&(closed, expired)) = closings.front()
+            && now.duration_since(closed) >= self.retention
+        {
+            closings.pop_front();
+            streams.remove(&expired);
         }
+        drop(closings);
         streams.insert(stream, log.clone());
         log
     }
@@ -257,7 +284,7 @@ impl StreamLogs {
             return (log.clone(), false);
         }
         let stream = self.next.fetch_add(1, Ordering::Relaxed);
-        let log = EventLog::new(self.node, stream, session.clone(), self.sealer.clone(), self.capacity, priming);
+        let log = EventLog::new(self.node, stream, session.clone(), self.sealer.clone(), self.capacity, self.closings.clone(), priming);
         standalone.insert(session.clone(), log.clone());
         self.streams.lock().unwrap().insert(stream, log.clone());
         (log, true)
@@ -372,5 +399,26 @@ mod tests {
         }
         assert!(kept.find(1).is_some());
         assert!(gone.find(1).is_none());
+    }
+
+    #[test]
+    fn the_next_stream_opened_sweeps_the_expired_ones_and_only_them() {
+        let session = SessionId("s".into());
+        let held = |logs: &StreamLogs| {
+            let mut ids: Vec<u64> = logs.streams.lock().unwrap().keys().copied().collect();
+            ids.sort();
+            ids
+        };
+        let (kept, gone) = (stream_logs(Duration::from_secs(60)), stream_logs(Duration::ZERO));
+        for logs in [&kept, &gone] {
+            let (closed, open) = (logs.open(&session, false), logs.open(&session, false));
+            closed.close();
+            closed.close();
+            assert_eq!(open.stream, 2);
+            logs.open(&session, false);
+        }
+        assert_eq!(held(&kept), [1, 2, 3], "within its retention a closed stream stays");
+        assert_eq!(held(&gone), [2, 3], "the expired stream is swept; the open one stays");
+        assert!(gone.closings.lock().unwrap().is_empty(), "a swept stream leaves nothing behind");
     }
 }
