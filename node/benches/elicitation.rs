@@ -8,27 +8,31 @@
 //!    the way tests/e2e/cluster.py starts it; then the same cluster hit directly (answer on the
 //!    next node; everything on the leader; everything on a follower) to separate nginx, forwarding
 //!    and replication. Each row also gives the p50 of the three parts of a round trip.
-//! 2. One node with the in-memory store, hit directly and behind nginx, and a lone Raft node
-//!    (durable, no replication); clustered/single ratios in the summary.
+//! 2. One node with the in-memory store, hit directly and behind nginx; the same round trips
+//!    against rmcp 3.11's stateful Streamable HTTP server (the reference of `reference/rmcp.rs`,
+//!    in a process of its own); and a lone Raft node (durable, no replication). Clustered/single
+//!    and single/rmcp ratios in the summary.
 //! 3. Memory per parked call: RSS (VmRSS) before and after parking 10,000 calls — each read up to
 //!    its `elicitation/create`, then its connection dropped (the handler stays parked) — on a fresh
 //!    memory-store node and on a fresh cluster's follower (all three members' RSS shown); then
-//!    10,000 more for the marginal cost, and the same with `ask_llm` (sampling: no schema
-//!    validator held while parked) for comparison.
+//!    10,000 more for the marginal cost, and the same with `ask_llm` (sampling) for comparison.
 //!
-//! `cargo bench -p switchboard-node --bench elicitation` (about a minute; nginx from NGINX_BIN,
+//! `cargo bench -p switchboard-node --bench elicitation` (a few minutes; nginx from NGINX_BIN,
 //! `nginx` on PATH or /usr/sbin/nginx — the cluster and load-balanced parts are skipped without
 //! it). Prints figures and targets; asserts only that every call came back confirmed.
-//! `BENCH_SWITCHBOARD_BIN=path` runs another `switchboard` build (an earlier commit's) instead
-//! of this one's, for a before/after in the same conditions.
-//! `cargo bench -p switchboard-node --bench elicitation -- memory` runs section 3 alone (no
-//! nginx needed). `-- sustained [minutes]` runs the sustained-load check instead: 3 durable
-//! nodes behind nginx, 64 clients for 15 minutes (or `minutes`), a row per 30 s window with
-//! throughput, p50, p99, the longest round trip, each node's RSS and the data directories' size.
+//!
+//! - `BENCH_SWITCHBOARD_BIN=path` runs another `switchboard` build (an earlier commit's) instead
+//!   of this one's, for a before/after in the same conditions.
+//! - `-- memory` runs section 3 alone (no nginx needed); `-- single` runs section 2 alone.
+//! - `-- sustained [minutes]` runs the sustained-load check instead: 3 durable nodes behind
+//!   nginx, 64 clients for 15 minutes (or `minutes`), a row per 30 s window with throughput,
+//!   p50, p99, the longest round trip, each node's RSS and the data directories' size.
 
 #[path = "../tests/common/nginx.rs"]
 #[allow(dead_code)]
 mod nginx;
+#[path = "reference/rmcp.rs"]
+mod rmcp_reference;
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -43,6 +47,8 @@ const PROTOCOL_VERSION: &str = "2025-11-25";
 const MODERN_VERSION: &str = "2026-07-28";
 const ACCEPT: &str = "application/json, text/event-stream";
 const NODE_HEADER: &str = "x-switchboard-node";
+/// The first argument that makes this binary the rmcp reference server.
+const REFERENCE_ARG: &str = "rmcp-reference";
 
 const WARMUP: usize = 50;
 const SEQUENTIAL: usize = 500;
@@ -231,6 +237,22 @@ async fn start_memory(http: &reqwest::Client, dir: &Path) -> Node {
     let mut nodes = vec![Node { port: ports[0], metrics_port: ports[1], proc }];
     wait_ready(http, &mut nodes).await;
     nodes.pop().unwrap()
+}
+
+/// The rmcp reference server ([`rmcp_reference`]): this bench's own binary, started again with
+/// `rmcp-reference <address>`, so its CPU is counted apart from the load generator's.
+async fn start_rmcp_reference(http: &reqwest::Client, dir: &Path) -> (Proc, String) {
+    let port = free_ports(1)[0];
+    let exe = std::env::current_exe().expect("the bench's own path");
+    let mut proc = spawn(&exe, &[REFERENCE_ARG.into(), format!("127.0.0.1:{port}")], dir, dir.join("rmcp-reference.log"));
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while let Err(e) = initialize(http, &url).await {
+        assert!(!proc.exited(), "the rmcp reference server exited:\n{}", proc.log_tail());
+        assert!(Instant::now() < deadline, "the rmcp reference server is not answering: {e}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (proc, url)
 }
 
 /// 64 random hex digits (a secret or a 256-bit key).
@@ -931,6 +953,11 @@ fn dir_bytes(dir: &Path) -> u64 {
 }
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(REFERENCE_ARG) {
+        rmcp_reference::serve(args.get(2).expect("rmcp-reference <address>"));
+        return;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         let http = reqwest::Client::builder().tcp_nodelay(true).pool_idle_timeout(Duration::from_secs(30)).build().unwrap();
@@ -942,8 +969,8 @@ fn main() {
             println!("nginx not found (NGINX_BIN, PATH, /usr/sbin/nginx): the load-balanced figures are skipped");
         }
         let trips = |f: &Figures| f.trips + WARMUP;
-        let memory_only = std::env::args().any(|a| a == "memory");
-        let args: Vec<String> = std::env::args().collect();
+        let memory_only = args.iter().any(|a| a == "memory");
+        let single_only = args.iter().any(|a| a == "single");
         if let Some(at) = args.iter().position(|a| a == "sustained") {
             let minutes = args.get(at + 1).and_then(|m| m.parse().ok()).unwrap_or(15);
             sustained(&http, nginx.as_ref().expect("the sustained run needs nginx"), minutes).await;
@@ -956,7 +983,7 @@ fn main() {
         let mut clustered = None;
         let mut clustered_2026 = None;
         let mut cluster_park = None;
-        if let Some(nginx) = nginx.as_ref().filter(|_| !memory_only) {
+        if let Some(nginx) = nginx.as_ref().filter(|_| !memory_only && !single_only) {
             println!("\n1. 3-node Raft cluster (fsync'd log, heartbeat 50 ms)");
             let dir = tempfile::tempdir().unwrap();
             let mut nodes = start_raft(&http, dir.path(), 3).await;
@@ -995,7 +1022,7 @@ fn main() {
         }
 
         // 3b, on a fresh cluster (needs no nginx).
-        if nginx.is_some() || memory_only {
+        if (nginx.is_some() || memory_only) && !single_only {
             let dir = tempfile::tempdir().unwrap();
             let mut nodes = start_raft(&http, dir.path(), 3).await;
             let leader = metric(&http, &nodes[0].metrics_url(), "switchboard_raft_leader").await.map(|l| l as usize);
@@ -1015,6 +1042,7 @@ fn main() {
         // 2. One node.
         let mut single = None;
         let mut durable_single = None;
+        let mut reference = None;
         if !memory_only {
             println!("\n2. one node");
             let dir = tempfile::tempdir().unwrap();
@@ -1038,6 +1066,11 @@ fn main() {
             }
             rss_line("memory-store node", served, &[("node".into(), node.proc.pid())]);
             node.proc.stop();
+            let (mut rmcp, url) = start_rmcp_reference(&http, dir.path()).await;
+            let f = workload(&http, &Route::one(&url), &[rmcp.pid()]).await;
+            row("rmcp 3.11 stateful server, direct", &f);
+            reference = Some(f);
+            rmcp.stop();
             let raft_dir = tempfile::tempdir().unwrap();
             let mut lone = start_raft(&http, raft_dir.path(), 1).await;
             let f = workload(&http, &Route::one(&lone[0].url()), &[lone[0].proc.pid()]).await;
@@ -1046,10 +1079,12 @@ fn main() {
             lone[0].proc.stop();
         }
 
-        println!("\n3a. memory per parked call, fresh node with the memory store");
         let mut memory_park = 0.0;
         let mut mrtr_park = 0.0;
-        for parks in [Parks::Elicitation, Parks::Sampling, Parks::Mrtr] {
+        if !single_only {
+            println!("\n3a. memory per parked call, fresh node with the memory store");
+        }
+        for parks in [Parks::Elicitation, Parks::Sampling, Parks::Mrtr].into_iter().filter(|_| !single_only) {
             let dir = tempfile::tempdir().unwrap();
             let mut node = start_memory(&http, dir.path()).await;
             let p = park(&http, &node.url(), &node.metrics_url(), &[("memory-store node".to_string(), node.proc.pid())], parks).await;
@@ -1083,8 +1118,10 @@ fn main() {
                 c.per_sec
             );
         }
-        println!("  per parked call, memory store: {memory_park:.2} KB (target < 8 KB): {}", verdict(memory_park < 8.0));
-        println!("  per parked 2026-07-28 call, memory store: {mrtr_park:.2} KB (target <= 5 KB): {}", verdict(mrtr_park <= 5.0));
+        if !single_only {
+            println!("  per parked call, memory store: {memory_park:.2} KB (target < 8 KB): {}", verdict(memory_park < 8.0));
+            println!("  per parked 2026-07-28 call, memory store: {mrtr_park:.2} KB (target <= 5 KB): {}", verdict(mrtr_park <= 5.0));
+        }
         if let Some(kb) = cluster_park {
             println!("  per parked call, cluster member (owner): {kb:.2} KB (target < 8 KB): {}", verdict(kb < 8.0));
         }
@@ -1102,7 +1139,21 @@ fn main() {
             let ratio = d.per_sec / m.per_sec;
             target("1 durable node / 1 memory node, trips/s at 64 (>= 0.8x)", format!("x{ratio:.2} ({:.0} vs {:.0})", d.per_sec, m.per_sec), ratio >= 0.8);
         }
-        println!("  {:<62} {:<34} NOT MEASURED", "1 memory node / rmcp 3.11 stateful server (>= 1.0x, <= its CPU)", "(no rmcp server in this bench yet)");
+        if let (Some(m), Some(r)) = (&single, &reference) {
+            // At one client the rate is the inverse of the latency.
+            let one = r.p50.as_secs_f64() / m.p50.as_secs_f64();
+            target("1 memory node / rmcp 3.11 stateful server, at 1 client (>= 1.0x)", format!("x{one:.2} (p50 {:.3} vs {:.3} ms)", ms(m.p50), ms(r.p50)), one >= 1.0);
+            let many = m.per_sec / r.per_sec;
+            target("1 memory node / rmcp 3.11, trips/s at 64 clients (>= 1.0x)", format!("x{many:.2} ({:.0} vs {:.0})", m.per_sec, r.per_sec), many >= 1.0);
+            for (k, clients) in [(0, 1), (1, CONCURRENCY)] {
+                let (ours, theirs) = (ms(m.cpu_per_trip[k]), ms(r.cpu_per_trip[k]));
+                target(
+                    &format!("  CPU per round trip at {clients} client(s) (<= rmcp's)"),
+                    format!("{ours:.3} vs {theirs:.3} ms (x{:.2})", ours / theirs),
+                    ours <= theirs,
+                );
+            }
+        }
         if let Some(kb) = cluster_park {
             target("owner memory per parked call, 3-node cluster (<= 4 KB)", format!("{kb:.2} KB (x{:.2})", kb / 4.0), kb <= 4.0);
         }
