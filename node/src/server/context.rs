@@ -317,11 +317,23 @@ impl RequestContext {
     /// Put a question to the client and wait for its answer (the `result` member): a request
     /// on the session's stream (legacy), or an input request of this round (2026-07-28).
     async fn ask(&self, key: Option<&str>, kind: RequestKind, method: &str, params: Value) -> Result<Value, ClientRequestError> {
-        let call = match &self.scope.caller {
-            // Boxed: a 2026 call parks in this future and need not make room for the 2025 path.
-            Caller::Session { record, .. } => return Box::pin(self.request(record, kind, method, params)).await,
-            Caller::Modern(call) => call,
-        };
+        // Each path boxed: a parked call's future makes no room for the other one's state.
+        match &self.scope.caller {
+            Caller::Session { record, .. } => Box::pin(self.request(record, kind, method, params)).await,
+            Caller::Modern(call) => Box::pin(self.ask_in_round(call, key, kind, method, params)).await,
+        }
+    }
+
+    /// Ask as part of a 2026-07-28 call's round: the request goes out with the round's
+    /// `input_required`, the answer comes with the client's retry.
+    async fn ask_in_round(
+        &self,
+        call: &ModernCall,
+        key: Option<&str>,
+        kind: RequestKind,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, ClientRequestError> {
         let key = key.map(str::to_owned).unwrap_or_else(|| call.generated_key(kind));
         let started = Instant::now();
         // Kept as text while parked: the `Value`s go before the wait (moved in, not copied by
@@ -358,7 +370,8 @@ impl RequestContext {
         let ttl = timeout + MAILBOX_GRACE;
         let tag = server.sealer.session_tag(session.id.as_str());
         let started = Instant::now();
-        let create = maybe_done(create_for_sent_request(&*server.mailbox, &key, tag, server.node_id, ttl));
+        // Boxed, so the create's retry state is freed once it settles, not kept while parked.
+        let create = maybe_done(Box::pin(create_for_sent_request(&*server.mailbox, &key, tag, server.node_id, ttl)));
         tokio::pin!(create);
         // Proposed before the request goes out, so an answer rarely overtakes it.
         let mut created = CreateInFlight::propose(create).await;

@@ -251,7 +251,8 @@ impl Server {
             // The create's commit overlaps the client's turn, as for a 2025 request (see
             // `Context::request`): a retry that reaches the store first is kept for it.
             let started = Instant::now();
-            let create = maybe_done(create_for_sent_request(&**mailbox, &answers, tag, owner, timeout + MAILBOX_GRACE));
+            // Boxed, so the create's retry state is freed once it settles, not kept while parked.
+            let create = maybe_done(Box::pin(create_for_sent_request(&**mailbox, &answers, tag, owner, timeout + MAILBOX_GRACE)));
             tokio::pin!(create);
             let mut created = CreateInFlight::propose(create).await;
             if let Some(e) = created.failed_already() {
