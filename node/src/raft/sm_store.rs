@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 const SNAPSHOT_FILE: &str = "snapshot.bin";
 
@@ -21,8 +21,9 @@ struct Inner {
     last_applied: Option<LogId>,
     last_membership: StoredMembership,
     current_snapshot: Option<(SnapshotMeta, Vec<u8>)>,
-    /// Handlers parked on this node, by mailbox.
-    waiters: HashMap<MailboxKey, watch::Sender<Option<WaitOutcome>>>,
+    /// Handlers parked on this node, by mailbox (one, nearly always). A oneshot each, not a
+    /// watch channel: one is held per parked call, and a watch channel is four times the size.
+    waiters: HashMap<MailboxKey, Vec<oneshot::Sender<WaitOutcome>>>,
 }
 
 /// A cheap handle; openraft owns one clone, the node keeps another for local reads.
@@ -42,7 +43,7 @@ pub struct StateMachineStore {
 /// What `watch` found: a settled outcome, or a receiver that yields one.
 pub enum Watch {
     Settled(WaitOutcome),
-    Parked(watch::Receiver<Option<WaitOutcome>>),
+    Parked(oneshot::Receiver<WaitOutcome>),
 }
 
 fn settled(state: &MailboxState) -> Option<WaitOutcome> {
@@ -54,6 +55,13 @@ fn settled(state: &MailboxState) -> Option<WaitOutcome> {
         MailboxState::Taken => Some(WaitOutcome::Deleted),
         MailboxState::Expired => Some(WaitOutcome::Expired),
         MailboxState::Deleted => Some(WaitOutcome::Deleted),
+    }
+}
+
+/// Hand `outcome` to every waiter of a mailbox.
+fn wake_all(waiters: Vec<oneshot::Sender<WaitOutcome>>, outcome: WaitOutcome) {
+    for waiter in waiters {
+        let _ = waiter.send(outcome.clone());
     }
 }
 
@@ -130,8 +138,9 @@ impl StateMachineStore {
             None => Watch::Settled(WaitOutcome::NotFound),
             Some(Some(outcome)) => Watch::Settled(outcome),
             Some(None) => {
-                let sender = inner.waiters.entry(key.clone()).or_insert_with(|| watch::channel(None).0);
-                Watch::Parked(sender.subscribe())
+                let (sender, receiver) = oneshot::channel();
+                inner.waiters.entry(key.clone()).or_default().push(sender);
+                Watch::Parked(receiver)
             }
         }
     }
@@ -139,8 +148,11 @@ impl StateMachineStore {
     /// Forget the waiter slot of `key` if nobody waits on it any more.
     pub fn unpark(&self, key: &MailboxKey) {
         let mut inner = self.lock();
-        if inner.waiters.get(key).is_some_and(|s| s.receiver_count() == 0) {
-            inner.waiters.remove(key);
+        if let Some(waiters) = inner.waiters.get_mut(key) {
+            waiters.retain(|waiter| !waiter.is_closed());
+            if waiters.is_empty() {
+                inner.waiters.remove(key);
+            }
         }
     }
 
@@ -235,9 +247,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                             if let Wake::Task(event) = wake {
                                 task_events.push(event);
                             } else if let Some((key, outcome)) = wake_outcome(&wake)
-                                && let Some(waiter) = inner.waiters.remove(key)
+                                && let Some(waiters) = inner.waiters.remove(key)
                             {
-                                let _ = waiter.send(Some(outcome));
+                                wake_all(waiters, outcome);
                             }
                         }
                         mcp_tasks::dispatch(&self.task_owners, task_events);
@@ -277,9 +289,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 Some(m) => settled(&m.state),
             };
             if let Some(outcome) = outcome
-                && let Some(waiter) = inner.waiters.remove(&key)
+                && let Some(waiters) = inner.waiters.remove(&key)
             {
-                let _ = waiter.send(Some(outcome));
+                wake_all(waiters, outcome);
             }
         }
         Ok(())

@@ -167,8 +167,8 @@ impl Mailbox for RaftMailbox {
             }
             Watch::Parked(rx) => rx,
         };
-        let outcome = match tokio::time::timeout(timeout, rx.wait_for(Option::is_some)).await {
-            Ok(Ok(outcome)) => outcome.clone().expect("waited for Some"),
+        let outcome = match tokio::time::timeout(timeout, &mut rx).await {
+            Ok(Ok(outcome)) => outcome,
             Ok(Err(_)) => WaitOutcome::Deleted,
             Err(_) => WaitOutcome::TimedOut,
         };
