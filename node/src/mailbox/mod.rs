@@ -15,11 +15,11 @@ mod memory;
 pub use memory::InMemoryMailbox;
 
 use async_trait::async_trait;
-use futures::future::MaybeDone;
+use futures::FutureExt;
+use futures::future::{BoxFuture, MaybeDone, maybe_done};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
-use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -212,9 +212,9 @@ pub trait Mailbox: Send + Sync + 'static {
 
 /// Create a mailbox whose request is already on its way to the client: retried while the store
 /// is unavailable (an answer may already be kept for it, acknowledged to the client), until
-/// `ttl` has passed. Poll it once before sending the request, so the create is proposed first
-/// and its commit overlaps the client's turn.
-pub async fn create_for_sent_request(
+/// `ttl` has passed. [`CreateInFlight::propose`] polls it once before the request is sent, so
+/// the create is proposed first and its commit overlaps the client's turn.
+async fn create_for_sent_request(
     mailbox: &dyn Mailbox,
     key: &MailboxKey,
     session: SessionTag,
@@ -238,22 +238,24 @@ pub async fn create_for_sent_request(
 /// The create of a mailbox whose request goes out before the create has committed (see
 /// [`create_for_sent_request`]). Whoever gives the request up (the call is cancelled, the node
 /// stops) waits for the create to settle before deleting the mailbox: a delete that overtook
-/// its create would leave the mailbox pending until its deadline.
-pub struct CreateInFlight<'a, F: Future> {
-    create: Pin<&'a mut MaybeDone<F>>,
+/// its create would leave the mailbox pending until its deadline. The create is boxed, so its
+/// retry state is freed once it settles rather than kept while the call is parked.
+pub struct CreateInFlight<'a> {
+    create: MaybeDone<BoxFuture<'a, Result<CreateOutcome, MailboxError>>>,
 }
 
-impl<'a, F: Future<Output = Result<CreateOutcome, MailboxError>>> CreateInFlight<'a, F> {
-    /// Polls the create once, so it is proposed before the request goes out.
-    pub async fn propose(mut create: Pin<&'a mut MaybeDone<F>>) -> Self {
-        let _ = futures::poll!(create.as_mut());
+impl<'a> CreateInFlight<'a> {
+    /// Starts the create and polls it once, so it is proposed before the request goes out.
+    pub async fn propose(mailbox: &'a dyn Mailbox, key: &'a MailboxKey, session: SessionTag, owner: NodeId, ttl: Duration) -> Self {
+        let mut create = maybe_done(create_for_sent_request(mailbox, key, session, owner, ttl).boxed());
+        let _ = futures::poll!(&mut create);
         CreateInFlight { create }
     }
 
     /// The create's error, if it has already failed (without waiting).
     pub fn failed_already(&mut self) -> Option<MailboxError> {
-        match &*self.create {
-            MaybeDone::Done(Err(_)) => self.create.as_mut().take_output().and_then(Result::err),
+        match &self.create {
+            MaybeDone::Done(Err(_)) => Pin::new(&mut self.create).take_output().and_then(Result::err),
             _ => None,
         }
     }
@@ -261,11 +263,11 @@ impl<'a, F: Future<Output = Result<CreateOutcome, MailboxError>>> CreateInFlight
     /// Waits until the create has settled, and returns its error the first time it is asked.
     /// Asked again after that, it is `Ok`: whoever got the error has given the request up.
     pub async fn settled(&mut self) -> Result<(), MailboxError> {
-        if matches!(&*self.create, MaybeDone::Gone) {
+        if matches!(self.create, MaybeDone::Gone) {
             return Ok(());
         }
-        self.create.as_mut().await;
-        self.create.as_mut().take_output().map_or(Ok(()), |outcome| outcome.map(drop))
+        (&mut self.create).await;
+        Pin::new(&mut self.create).take_output().map_or(Ok(()), |outcome| outcome.map(drop))
     }
 }
 
@@ -304,9 +306,7 @@ mod tests {
     async fn a_request_given_up_while_its_create_commits_leaves_no_pending_mailbox() {
         let store = SlowCreates(InMemoryMailbox::new());
         let key = MailboxKey::random();
-        let create = futures::future::maybe_done(create_for_sent_request(&store, &key, SessionTag::default(), 1, Duration::from_secs(60)));
-        tokio::pin!(create);
-        let mut created = CreateInFlight::propose(create).await;
+        let mut created = CreateInFlight::propose(&store, &key, SessionTag::default(), 1, Duration::from_secs(60)).await;
         assert!(created.failed_already().is_none(), "the create is still committing");
         created.settled().await.unwrap();
         store.delete(&key).await.unwrap();
@@ -331,9 +331,7 @@ mod tests {
     async fn a_create_that_failed_is_reported_once() {
         let store = InMemoryMailbox::new();
         let key = MailboxKey::random();
-        let create = futures::future::maybe_done(create_for_sent_request(&store, &key, SessionTag::default(), 1, Duration::ZERO));
-        tokio::pin!(create);
-        let mut created = CreateInFlight::propose(create).await;
+        let mut created = CreateInFlight::propose(&store, &key, SessionTag::default(), 1, Duration::ZERO).await;
         assert!(matches!(created.failed_already(), Some(MailboxError::InvalidTtl { .. })));
         assert!(created.failed_already().is_none());
     }

@@ -12,7 +12,7 @@ use super::outbound::{Outbound, Outgoing};
 use super::rendezvous::Rendezvous;
 use super::round::{AskError, ModernCall};
 use super::schema::validation_errors;
-use crate::mailbox::{CreateInFlight, MailboxError, MailboxKey, WaitOutcome, create_for_sent_request};
+use crate::mailbox::{CreateInFlight, MailboxError, MailboxKey, WaitOutcome};
 use crate::protocol::json_text::JsonText;
 use crate::protocol::jsonrpc::{ErrorObject, MISSING_REQUIRED_CLIENT_CAPABILITY, Message, RequestId};
 use crate::protocol::types::{
@@ -20,7 +20,6 @@ use crate::protocol::types::{
     RequestKind,
 };
 use crate::session::SessionRecord;
-use futures::future::maybe_done;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -370,11 +369,8 @@ impl RequestContext {
         let ttl = timeout + MAILBOX_GRACE;
         let tag = server.sealer.session_tag(session.id.as_str());
         let started = Instant::now();
-        // Boxed, so the create's retry state is freed once it settles, not kept while parked.
-        let create = maybe_done(Box::pin(create_for_sent_request(&*server.mailbox, &key, tag, server.node_id, ttl)));
-        tokio::pin!(create);
         // Proposed before the request goes out, so an answer rarely overtakes it.
-        let mut created = CreateInFlight::propose(create).await;
+        let mut created = CreateInFlight::propose(&*server.mailbox, &key, tag, server.node_id, ttl).await;
         let sealed = correlation::SealedRequest {
             key: key.clone(),
             owner: server.node_id,

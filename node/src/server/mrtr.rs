@@ -38,10 +38,9 @@ use super::requests::NodePlace;
 use super::round::{ModernCall, ModernClient, check_response};
 use super::task_calls::extension_required;
 use crate::clock::now_ms;
-use crate::mailbox::{Addressee, CreateInFlight, DeliverOutcome, MailboxKey, SessionTag, WaitOutcome, create_for_sent_request};
+use crate::mailbox::{Addressee, CreateInFlight, DeliverOutcome, MailboxKey, SessionTag, WaitOutcome};
 use crate::protocol::jsonrpc::{ErrorObject, INTERNAL_ERROR, Message, RequestId, message_from_value};
 use crate::protocol::types::{CapabilityFlags, LogLevel, RequestKind};
-use futures::future::maybe_done;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
@@ -251,10 +250,7 @@ impl Server {
             // The create's commit overlaps the client's turn, as for a 2025 request (see
             // `Context::request`): a retry that reaches the store first is kept for it.
             let started = Instant::now();
-            // Boxed, so the create's retry state is freed once it settles, not kept while parked.
-            let create = maybe_done(Box::pin(create_for_sent_request(&**mailbox, &answers, tag, owner, timeout + MAILBOX_GRACE)));
-            tokio::pin!(create);
-            let mut created = CreateInFlight::propose(create).await;
+            let mut created = CreateInFlight::propose(&**mailbox, &answers, tag, owner, timeout + MAILBOX_GRACE).await;
             if let Some(e) = created.failed_already() {
                 tracing::warn!(error = %e, "multi-round-trip round not started: its mailbox could not be created");
                 let error = ErrorObject::internal(format!("the server could not park this call for input: {e}"));
