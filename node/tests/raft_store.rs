@@ -280,7 +280,10 @@ async fn a_truncated_or_malformed_snapshot_stream_is_refused_and_changes_nothing
         }
     }
     let after = cluster.node(0).status();
-    assert_eq!((before.term, before.leader, before.last_log_index), (after.term, after.leader, after.last_log_index));
+    // The log may grow by a tick (the create's dedup entry falls due 20 s on, which a slow run
+    // reaches); it never goes back, as an installed snapshot would take it.
+    assert_eq!((before.term, before.leader), (after.term, after.leader));
+    assert!(after.last_log_index >= before.last_log_index, "{before:?} -> {after:?}");
     assert!(cluster.node(0).raft.metrics().borrow_watched().snapshot.is_none(), "no snapshot installed");
     assert_eq!(
         cluster.mailbox(0).deliver(&key, SessionTag::default(), None, json!("still here")).await.unwrap(),
