@@ -236,7 +236,7 @@ async fn create_for_sent_request(
 }
 
 /// The create of a mailbox whose request goes out before the create has committed (see
-/// [`create_for_sent_request`]). Whoever gives the request up (the call is cancelled, the node
+/// `create_for_sent_request`). Whoever gives the request up (the call is cancelled, the node
 /// stops) waits for the create to settle before deleting the mailbox: a delete that overtook
 /// its create would leave the mailbox pending until its deadline. The create is boxed, so its
 /// retry state is freed once it settles rather than kept while the call is parked.
