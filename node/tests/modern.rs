@@ -100,6 +100,11 @@ async fn an_elicitation_takes_two_requests_and_its_state_is_single_use() {
     assert_eq!(second.last()["id"], 2, "answered under the retry's own id");
     assert_eq!(second.result()["resultType"], "complete");
     assert!(text(&second).contains("ada@example.com"), "{}", text(&second));
+    // Fetched, the outcome still stays a moment: a fetch is not proof of receipt (the reply can
+    // be lost and the retry's replica ask again, or an earlier attempt's fetch can take it first).
+    let opened = srv.server.sealer().open_state(&state).unwrap();
+    let refetched = srv.server.round_outcome(opened.call, opened.round, Duration::from_secs(1)).await;
+    assert!(refetched.is_some_and(|o| o.contains("ada@example.com")), "the outcome went with the first fetch");
     // The same state again: refused, and the message says why.
     let again = client.retry(3, "test_elicitation", args, &state, answer).await;
     assert_eq!(again.error_code(), Some(-32602));

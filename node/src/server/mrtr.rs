@@ -54,6 +54,10 @@ pub const OUTCOME_WINDOW: Duration = Duration::from_secs(600);
 /// How long the last outcome of a call stays for the replica that asks for it, after the call
 /// ended (the owner may finish before that replica's request arrives).
 const OUTCOME_LINGER: Duration = Duration::from_secs(30);
+/// How long an ended call's last outcome stays once a replica has fetched it: a fetch is not
+/// proof of receipt (its reply may be lost on the way and the replica ask again; a fetch of an
+/// earlier attempt whose answers were not taken may have come first), so it is not dropped at once.
+const TAKEN_LINGER: Duration = Duration::from_secs(2);
 /// How often the replica serving a retry asks the owner whether the call still runs.
 const OWNER_CHECK_EVERY: Duration = Duration::from_secs(2);
 /// Owner checks that may fail in a row before the owner is taken for gone.
@@ -506,9 +510,9 @@ impl Server {
     pub async fn round_outcome(&self, call: u128, round: u32, within: Duration) -> Option<String> {
         let entry = self.inner.modern_calls.lock().unwrap().get(&call)?.clone();
         let outcome = tokio::time::timeout(within, entry.outcome.wait(round)).await.ok()??;
-        // Fetched: a call that has ended leaves the registry now rather than after the linger.
+        // Fetched: a call that has ended leaves the registry soon rather than after the linger.
         if entry.ended.load(std::sync::atomic::Ordering::Acquire) {
-            self.inner.modern_calls.lock().unwrap().remove(&call);
+            self.forget_call_after(call, TAKEN_LINGER);
         }
         Some(outcome.to_string())
     }
@@ -533,7 +537,21 @@ impl Server {
         }
     }
 
-    /// The 2026-07-28 calls this node holds: running, or ended with an outcome not yet fetched.
+    /// Drop an ended call from the registry once `after` has passed (at once outside a runtime).
+    fn forget_call_after(&self, call: u128, after: Duration) {
+        if tokio::runtime::Handle::try_current().is_err() {
+            self.inner.modern_calls.lock().unwrap().remove(&call);
+            return;
+        }
+        let server = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            server.inner.modern_calls.lock().unwrap().remove(&call);
+        });
+    }
+
+    /// The 2026-07-28 calls this node holds: running, or ended with an outcome not yet fetched
+    /// (or fetched a moment ago).
     pub fn modern_calls_held(&self) -> usize {
         self.inner.modern_calls.lock().unwrap().len()
     }
@@ -588,20 +606,12 @@ impl Drop for Registered {
     /// outcome went to a retry's replica stays until that replica fetched it, or a while.
     fn drop(&mut self) {
         self.call.ended.store(true, std::sync::atomic::Ordering::Release);
-        if !self.outcome_pending.load(std::sync::atomic::Ordering::Acquire) || self.call.outcome.taken() {
+        if !self.outcome_pending.load(std::sync::atomic::Ordering::Acquire) {
             self.server.inner.modern_calls.lock().unwrap().remove(&self.id);
             return;
         }
-        let (server, id) = (self.server.clone(), self.id);
-        let forget = async move {
-            tokio::time::sleep(OUTCOME_LINGER).await;
-            server.inner.modern_calls.lock().unwrap().remove(&id);
-        };
-        if tokio::runtime::Handle::try_current().is_ok() {
-            tokio::spawn(forget);
-        } else {
-            self.server.inner.modern_calls.lock().unwrap().remove(&self.id);
-        }
+        let linger = if self.call.outcome.taken() { TAKEN_LINGER } else { OUTCOME_LINGER };
+        self.server.forget_call_after(self.id, linger);
     }
 }
 
