@@ -36,11 +36,11 @@ use crate::peer::codec::encoded_len;
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{OptionalSend, entry::RaftEntry};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::ops::RangeBounds;
+use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
 use tokio::sync::oneshot;
@@ -82,10 +82,83 @@ enum RecordOut<'a> {
     Header { vote: &'a Option<Vote>, committed: &'a Option<LogId>, last_purged: &'a Option<LogId> },
 }
 
+/// The live entries, in index order. A Raft log has no holes, so they sit in a deque indexed
+/// from the first one's index: a B-tree of 240-byte entries held about twice their size, and
+/// walked (and split) on every append.
+#[derive(Debug, Default)]
+struct LiveEntries {
+    /// The index of `entries[0]`.
+    first: u64,
+    entries: VecDeque<Entry>,
+}
+
+impl LiveEntries {
+    /// The index the next entry in order has.
+    fn next_index(&self) -> u64 {
+        self.first + self.entries.len() as u64
+    }
+
+    /// `entry` replaces the one at its index and whatever followed (openraft truncates first;
+    /// a replay relies on it).
+    fn append(&mut self, entry: Entry) {
+        let index = entry.index();
+        if index < self.first || index > self.next_index() || self.entries.is_empty() {
+            // Nothing before it stays: it starts the log, or replaces all of it. openraft makes
+            // no holes, so an index past the end only comes after a purge emptied the log.
+            debug_assert!(index <= self.next_index() || self.entries.is_empty(), "a hole in the Raft log at {index}");
+            self.entries.clear();
+            self.first = index;
+        } else {
+            self.entries.truncate((index - self.first) as usize);
+        }
+        self.entries.push_back(entry);
+    }
+
+    /// Drop the entries from index `from` on.
+    fn truncate_from(&mut self, from: u64) {
+        self.entries.truncate(from.saturating_sub(self.first) as usize);
+    }
+
+    /// Drop the entries up to index `upto`, inclusive.
+    fn purge_upto(&mut self, upto: u64) {
+        let gone = (upto + 1).saturating_sub(self.first).min(self.entries.len() as u64);
+        self.entries.drain(..gone as usize);
+        self.first = if self.entries.is_empty() { upto + 1 } else { self.first + gone };
+    }
+
+    /// The entries whose indexes are in `range`.
+    fn range(&self, range: impl RangeBounds<u64>) -> impl Iterator<Item = &Entry> {
+        let position = |index: u64| index.saturating_sub(self.first).min(self.entries.len() as u64) as usize;
+        let start = match range.start_bound() {
+            Bound::Included(&i) => position(i),
+            Bound::Excluded(&i) => position(i.saturating_add(1)),
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&i) => position(i.saturating_add(1)),
+            Bound::Excluded(&i) => position(i),
+            Bound::Unbounded => self.entries.len(),
+        };
+        self.entries.range(start..end.max(start))
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.iter()
+    }
+
+    fn last(&self) -> Option<&Entry> {
+        self.entries.back()
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
 /// What the log holds: in memory, the same as on disk once the queued writes are flushed.
 #[derive(Debug, Default)]
 struct LogContents {
-    entries: BTreeMap<u64, Entry>,
+    entries: LiveEntries,
     vote: Option<Vote>,
     committed: Option<LogId>,
     last_purged: Option<LogId>,
@@ -93,18 +166,15 @@ struct LogContents {
 
 impl LogContents {
     fn append(&mut self, entry: Entry) {
-        // An entry replaces the one at its index and whatever followed (openraft truncates
-        // first; a replay relies on it).
-        self.entries.split_off(&entry.index());
-        self.entries.insert(entry.index(), entry);
+        self.entries.append(entry);
     }
 
     fn truncate_from(&mut self, from: u64) {
-        self.entries.split_off(&from);
+        self.entries.truncate_from(from);
     }
 
     fn purge(&mut self, upto: LogId) {
-        self.entries = self.entries.split_off(&(upto.index() + 1));
+        self.entries.purge_upto(upto.index());
         self.last_purged = Some(upto);
     }
 
@@ -128,10 +198,25 @@ impl LogContents {
 
 /// One queued write for the writer thread.
 enum Op {
-    Append { entries: Vec<Entry>, flushed: IOFlushed<TypeConfig> },
-    Vote { vote: Vote, done: oneshot::Sender<io::Result<()>> },
-    TruncateFrom { from: u64, done: oneshot::Sender<io::Result<()>> },
-    Purge { upto: LogId, done: oneshot::Sender<io::Result<()>> },
+    /// Entries already framed as records (encoded by `append`, so the entries themselves move
+    /// into the live log uncopied), and the last one's index.
+    Append {
+        records: Vec<u8>,
+        last_index: Option<u64>,
+        flushed: IOFlushed<TypeConfig>,
+    },
+    Vote {
+        vote: Vote,
+        done: oneshot::Sender<io::Result<()>>,
+    },
+    TruncateFrom {
+        from: u64,
+        done: oneshot::Sender<io::Result<()>>,
+    },
+    Purge {
+        upto: LogId,
+        done: oneshot::Sender<io::Result<()>>,
+    },
 }
 
 /// State shared by the store, its reader clones and the writer thread.
@@ -183,7 +268,7 @@ impl LogStore {
         if segments.files.is_empty() && legacy.exists() {
             let state = legacy::read(&legacy)?;
             segments.start_next(&state)?;
-            segments.write_batch(&encode_entries(state.entries.values()), state.entries.keys().next_back().copied())?;
+            segments.write_batch(&encode_entries(state.entries.iter()), state.entries.last().map(|e| e.index()))?;
             std::fs::remove_file(&legacy)?;
             sync_dir(dir)?;
             tracing::info!(entries = state.entries.len(), "Raft log migrated from redb to the segmented log");
@@ -383,7 +468,7 @@ fn write_loop(shared: &Shared, mut segments: Segments, ops: &mpsc::Receiver<Op>)
     // header); the entries are not needed for it.
     let mut on_disk = {
         let log = shared.log.lock().unwrap();
-        LogContents { entries: BTreeMap::new(), vote: log.vote, committed: log.committed, last_purged: log.last_purged }
+        LogContents { entries: LiveEntries::default(), vote: log.vote, committed: log.committed, last_purged: log.last_purged }
     };
     let mut batch = Vec::new();
     while let Ok(first) = ops.recv() {
@@ -394,11 +479,9 @@ fn write_loop(shared: &Shared, mut segments: Segments, ops: &mpsc::Receiver<Op>)
         let mut purged = None;
         for op in std::iter::once(first).chain(ops.try_iter()) {
             match op {
-                Op::Append { entries, flushed } => {
-                    for entry in &entries {
-                        frame(&mut batch, &RecordOut::Entry(entry));
-                    }
-                    last_index = entries.last().map(|e| e.index()).or(last_index);
+                Op::Append { records, last_index: last, flushed } => {
+                    batch.extend_from_slice(&records);
+                    last_index = last.or(last_index);
                     flushes.push(flushed);
                 }
                 Op::Vote { vote, done } => {
@@ -453,7 +536,7 @@ fn write_loop(shared: &Shared, mut segments: Segments, ops: &mpsc::Receiver<Op>)
 impl RaftLogReader<TypeConfig> for LogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(&mut self, range: RB) -> io::Result<Vec<Entry>> {
         let range = (range.start_bound().cloned(), range.end_bound().cloned());
-        Ok(self.shared.log.lock().unwrap().entries.range(range).map(|(_, e)| e.clone()).collect())
+        Ok(self.shared.log.lock().unwrap().entries.range(range).cloned().collect())
     }
 
     /// The entries of `[start, end)` that fit in one batch: it ends before the entry that would
@@ -465,7 +548,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         let log = self.shared.log.lock().unwrap();
         let mut batch = Vec::new();
         let mut bytes = 0usize;
-        for entry in log.entries.range(start..end).map(|(_, e)| e) {
+        for entry in log.entries.range(start..end) {
             let size = if budget == usize::MAX { 0 } else { encoded_len(entry) };
             if !batch.is_empty() && bytes.saturating_add(size) > budget {
                 break;
@@ -486,7 +569,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> io::Result<LogState<TypeConfig>> {
         let log = self.shared.log.lock().unwrap();
-        let last = log.entries.last_key_value().map(|(_, e)| e.log_id()).or(log.last_purged);
+        let last = log.entries.last().map(|e| e.log_id()).or(log.last_purged);
         Ok(LogState { last_purged_log_id: log.last_purged, last_log_id: last })
     }
 
@@ -519,14 +602,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
+        let last_index = entries.last().map(|e| e.index());
+        let records = encode_entries(entries.iter());
         {
             let mut log = self.shared.log.lock().unwrap();
-            for entry in &entries {
-                log.append(entry.clone());
+            for entry in entries {
+                log.append(entry);
             }
         }
         // Readable now; `flushed` fires from the writer once they are on disk.
-        self.enqueue(Op::Append { entries, flushed })
+        self.enqueue(Op::Append { records, last_index, flushed })
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> io::Result<()> {
@@ -543,7 +628,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
 /// The redb log of earlier versions, read once to migrate it.
 mod legacy {
-    use super::{LogContents, decode, io_error};
+    use super::{Entry, LogContents, decode, io_error};
+    use openraft::entry::RaftEntry;
     use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
     use std::io;
     use std::path::Path;
@@ -570,7 +656,9 @@ mod legacy {
         }
         for item in txn.open_table(LOGS).map_err(io_error)?.iter().map_err(io_error)? {
             let (index, bytes) = item.map_err(io_error)?;
-            state.entries.insert(index.value(), decode(bytes.value()).map_err(io_error)?);
+            let entry: Entry = decode(bytes.value()).map_err(io_error)?;
+            debug_assert_eq!(entry.index(), index.value());
+            state.append(entry);
         }
         Ok(state)
     }
@@ -586,6 +674,44 @@ mod tests {
         let (tx, rx) = TypeConfig::oneshot();
         store.append(entries, IOFlushed::signal(tx)).await.unwrap();
         rx.await.unwrap().unwrap();
+    }
+
+    fn index_terms<'a>(entries: impl Iterator<Item = &'a Entry>) -> Vec<(u64, u64)> {
+        entries.map(|e| (e.index(), e.log_id().leader_id.term)).collect()
+    }
+
+    #[test]
+    fn live_entries_replace_truncate_purge_and_read_ranges_by_index() {
+        let mut live = LiveEntries::default();
+        for i in 1..=5 {
+            live.append(blank_ent::<TypeConfig>(1, 0, i));
+        }
+        assert_eq!(index_terms(live.iter()), [(1, 1), (2, 1), (3, 1), (4, 1), (5, 1)]);
+        // An entry replaces the one at its index and everything after it.
+        live.append(blank_ent::<TypeConfig>(2, 0, 3));
+        assert_eq!(index_terms(live.iter()), [(1, 1), (2, 1), (3, 2)]);
+        assert_eq!(index_terms(live.range(2..)), [(2, 1), (3, 2)]);
+        assert_eq!(index_terms(live.range(..=1)), [(1, 1)]);
+        assert_eq!(index_terms(live.range(3..10)), [(3, 2)]);
+        assert!(live.range(4..9).next().is_none() && live.range(0..1).next().is_none());
+        live.truncate_from(3);
+        assert_eq!(live.last().map(|e| e.index()), Some(2));
+        live.truncate_from(9);
+        assert_eq!(live.len(), 2, "truncating past the end changes nothing");
+        live.purge_upto(1);
+        assert_eq!(index_terms(live.iter()), [(2, 1)]);
+        assert_eq!(index_terms(live.range(0..=2)), [(2, 1)]);
+        // A purge past the end (a snapshot installed ahead of the log) empties it; the log
+        // goes on after the snapshot.
+        live.purge_upto(10);
+        assert_eq!(live.len(), 0);
+        assert_eq!(live.next_index(), 11);
+        live.append(blank_ent::<TypeConfig>(3, 0, 11));
+        assert_eq!(index_terms(live.range(11..12)), [(11, 3)]);
+        // Replacing from before the first live entry replaces them all.
+        live.append(blank_ent::<TypeConfig>(4, 0, 12));
+        live.append(blank_ent::<TypeConfig>(5, 0, 11));
+        assert_eq!(index_terms(live.iter()), [(11, 5)]);
     }
 
     fn terms(entries: &[Entry]) -> Vec<(u64, u64)> {

@@ -86,9 +86,11 @@ pub enum Command {
     MailboxRelease {
         keys: Vec<MailboxKey>,
     },
-    /// Refused (nothing stored) when `max_sessions` live sessions exist already.
+    /// Refused (nothing stored) when `max_sessions` live sessions exist already. The record is
+    /// boxed: inline it would make every log entry, most of them mailbox entries, half again
+    /// as large (the same encoding either way).
     SessionCreate {
-        record: SessionRecord,
+        record: Box<SessionRecord>,
         ttl_ms: Millis,
         max_sessions: usize,
     },
@@ -445,7 +447,7 @@ impl StateMachine {
                     return Response::Refused(LimitReached::Sessions(*max_sessions));
                 }
                 let expires_at = now.saturating_add(*ttl_ms);
-                let session = Session { record: Arc::new(record.clone()), ttl_ms: *ttl_ms, expires_at };
+                let session = Session { record: Arc::new(SessionRecord::clone(record)), ttl_ms: *ttl_ms, expires_at };
                 if let Some(old) = self.sessions.insert(record.id.clone(), session) {
                     self.sessions_by_expiry.remove(&(old.expires_at, record.id.clone()));
                 }
@@ -821,7 +823,7 @@ mod tests {
     fn sessions_expire_by_log_time_and_touch_extends_them() {
         let mut sm = StateMachine::default();
         let id = SessionId("s".into());
-        sm.apply(&req(1000, Command::SessionCreate { record: session("s"), ttl_ms: 100, max_sessions: 10 }));
+        sm.apply(&req(1000, Command::SessionCreate { record: Box::new(session("s")), ttl_ms: 100, max_sessions: 10 }));
         sm.apply(&req(1090, Command::SessionTouch { id: id.clone() }));
         sm.apply(&req(1150, Command::Tick));
         assert!(sm.session(&id).is_some(), "touched at 1090, lives to 1190");
@@ -843,7 +845,7 @@ mod tests {
     fn subscriptions_stop_at_their_limits_and_a_refusal_changes_nothing() {
         let mut sm = StateMachine::default();
         let id = SessionId("s".into());
-        sm.apply(&req(1000, Command::SessionCreate { record: session("s"), ttl_ms: 60_000, max_sessions: 10 }));
+        sm.apply(&req(1000, Command::SessionCreate { record: Box::new(session("s")), ttl_ms: 60_000, max_sessions: 10 }));
         let limits = SubscriptionLimits { max_count: 2, max_bytes: 20 };
         let subscribe = |uri: &str| Command::SessionSubscribe { id: id.clone(), uri: uri.into(), subscribed: true, limits };
         assert_eq!(sm.apply(&req(1001, subscribe("test://a"))).0, Response::Session(true));
@@ -861,7 +863,7 @@ mod tests {
     #[test]
     fn sessions_stop_at_the_limit_carried_by_the_create() {
         let mut sm = StateMachine::default();
-        let create = |id: &str| Command::SessionCreate { record: session(id), ttl_ms: 100, max_sessions: 2 };
+        let create = |id: &str| Command::SessionCreate { record: Box::new(session(id)), ttl_ms: 100, max_sessions: 2 };
         assert_eq!(sm.apply(&req(1000, create("a"))).0, Response::Session(true));
         assert_eq!(sm.apply(&req(1001, create("b"))).0, Response::Session(true));
         assert_eq!(sm.apply(&req(1002, create("c"))).0, Response::Refused(LimitReached::Sessions(2)));
@@ -884,7 +886,7 @@ mod tests {
                     1 => Command::MailboxDeliver { key: k, session: SessionTag::default(), value: text(&i.to_string()), addressee: None },
                     2 => Command::MailboxDelete { key: k },
                     3 => Command::MailboxRelease { keys: vec![k, key(((i + 1) % 17) as u8)] },
-                    4 => Command::SessionCreate { record: session(&id), ttl_ms: 100 + i, max_sessions: 3 },
+                    4 => Command::SessionCreate { record: Box::new(session(&id)), ttl_ms: 100 + i, max_sessions: 3 },
                     5 => Command::SessionSubscribe { id: SessionId(id), uri: format!("test://{}", i % 4), subscribed: i % 3 != 0, limits },
                     _ => Command::Tick,
                 };
@@ -907,7 +909,7 @@ mod tests {
     fn a_jumped_stamp_moves_log_time_one_step_only() {
         let mut sm = StateMachine::default();
         let start = 1_000_000;
-        sm.apply(&req(start, Command::SessionCreate { record: session("s"), ttl_ms: 30 * 60 * 1000, max_sessions: 10 }));
+        sm.apply(&req(start, Command::SessionCreate { record: Box::new(session("s")), ttl_ms: 30 * 60 * 1000, max_sessions: 10 }));
         create(&mut sm, start, 1, 10 * 60 * 1000);
         // A leader whose clock jumped an hour ahead proposes, without a majority behind it.
         let hour = 60 * 60 * 1000;
@@ -931,7 +933,7 @@ mod tests {
     fn after_a_real_idle_period_an_agreed_stamp_expires_what_fell_due() {
         let mut sm = StateMachine::default();
         let start = 1_000_000;
-        sm.apply(&req(start, Command::SessionCreate { record: session("s"), ttl_ms: 5 * 60 * 1000, max_sessions: 10 }));
+        sm.apply(&req(start, Command::SessionCreate { record: Box::new(session("s")), ttl_ms: 5 * 60 * 1000, max_sessions: 10 }));
         create(&mut sm, start, 1, 60 * 1000);
         // Ten quiet minutes, then one entry whose stamp the voters' clocks vouch for.
         let (_, wakes) = sm.apply(&req(start + 10 * 60 * 1000, Command::Tick));

@@ -199,7 +199,7 @@ impl SessionStore for RaftSessions {
         if self.node.sm.read(|sm| sm.sessions.len()) >= max_sessions {
             return Err(LimitReached::Sessions(max_sessions).into());
         }
-        let command = Command::SessionCreate { record, ttl_ms: self.ttl_ms(), max_sessions };
+        let command = Command::SessionCreate { record: Box::new(record), ttl_ms: self.ttl_ms(), max_sessions };
         let (response, index) = self.node.propose(command).await?;
         match response {
             Response::Session(true) => {
