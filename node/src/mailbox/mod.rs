@@ -246,8 +246,8 @@ pub struct CreateInFlight<'a> {
 
 impl<'a> CreateInFlight<'a> {
     /// Starts the create and polls it once, so it is proposed before the request goes out.
-    pub async fn propose(mailbox: &'a dyn Mailbox, key: &'a MailboxKey, session: SessionTag, owner: NodeId, ttl: Duration) -> Self {
-        let mut create = maybe_done(create_for_sent_request(mailbox, key, session, owner, ttl).boxed());
+    pub async fn propose(mailbox: &'a dyn Mailbox, key: MailboxKey, session: SessionTag, owner: NodeId, ttl: Duration) -> Self {
+        let mut create = maybe_done(async move { create_for_sent_request(mailbox, &key, session, owner, ttl).await }.boxed());
         let _ = futures::poll!(&mut create);
         CreateInFlight { create }
     }
@@ -306,7 +306,7 @@ mod tests {
     async fn a_request_given_up_while_its_create_commits_leaves_no_pending_mailbox() {
         let store = SlowCreates(InMemoryMailbox::new());
         let key = MailboxKey::random();
-        let mut created = CreateInFlight::propose(&store, &key, SessionTag::default(), 1, Duration::from_secs(60)).await;
+        let mut created = CreateInFlight::propose(&store, key.clone(), SessionTag::default(), 1, Duration::from_secs(60)).await;
         assert!(created.failed_already().is_none(), "the create is still committing");
         created.settled().await.unwrap();
         store.delete(&key).await.unwrap();
@@ -331,7 +331,7 @@ mod tests {
     async fn a_create_that_failed_is_reported_once() {
         let store = InMemoryMailbox::new();
         let key = MailboxKey::random();
-        let mut created = CreateInFlight::propose(&store, &key, SessionTag::default(), 1, Duration::ZERO).await;
+        let mut created = CreateInFlight::propose(&store, key.clone(), SessionTag::default(), 1, Duration::ZERO).await;
         assert!(matches!(created.failed_already(), Some(MailboxError::InvalidTtl { .. })));
         assert!(created.failed_already().is_none());
     }

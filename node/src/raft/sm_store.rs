@@ -124,6 +124,11 @@ impl StateMachineStore {
         (inner.last_applied.map_or(0, |id| id.index), inner.sm.digest())
     }
 
+    /// Whether this replica has applied `index`.
+    pub fn has_applied(&self, index: u64) -> bool {
+        *self.applied.borrow() >= index
+    }
+
     /// Resolve once this replica has applied `index` (or `timeout` passes: `false`).
     pub async fn applied_at_least(&self, index: u64, timeout: std::time::Duration) -> bool {
         let mut rx = self.applied.subscribe();

@@ -152,8 +152,10 @@ impl Mailbox for RaftMailbox {
 
     async fn wait(&self, key: &MailboxKey, timeout: Duration) -> Result<WaitOutcome, MailboxError> {
         let created = self.created_here.lock().unwrap().get(key).copied();
+        // Boxed: a parked call's future makes no room for this catching-up, over by then.
         if let Some(index) = created
-            && !self.node.sm.applied_at_least(index, timeout).await
+            && !self.node.sm.has_applied(index)
+            && !Box::pin(self.node.sm.applied_at_least(index, timeout)).await
         {
             return Ok(WaitOutcome::TimedOut);
         }

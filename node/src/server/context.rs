@@ -318,7 +318,12 @@ impl RequestContext {
     async fn ask(&self, key: Option<&str>, kind: RequestKind, method: &str, params: Value) -> Result<Value, ClientRequestError> {
         // Each path boxed: a parked call's future makes no room for the other one's state.
         match &self.scope.caller {
-            Caller::Session { record, .. } => Box::pin(self.request(record, kind, method, params)).await,
+            Caller::Session { record, .. } => {
+                // Sent, then parked in a future of its own: the parked call keeps nothing of
+                // the sending (its arguments, the create's first poll).
+                let sent = Box::pin(self.send_request(record, kind, method, params)).await?;
+                Box::pin(self.await_answer(sent)).await
+            }
             Caller::Modern(call) => Box::pin(self.ask_in_round(call, key, kind, method, params)).await,
         }
     }
@@ -358,11 +363,16 @@ impl RequestContext {
         }
     }
 
-    /// Send the request while its mailbox is being created, then park. Returns the `result`
-    /// member. The create's commit overlaps the client's turn: an answer that reaches the
-    /// store first is kept for it (early delivery), so only the answer's commit is on the
-    /// round trip's critical path.
-    async fn request(&self, session: &SessionRecord, kind: RequestKind, method: &str, params: Value) -> Result<Value, ClientRequestError> {
+    /// Send the request while its mailbox is being created. The create's commit overlaps the
+    /// client's turn: an answer that reaches the store first is kept for it (early delivery),
+    /// so only the answer's commit is on the round trip's critical path.
+    async fn send_request(
+        &self,
+        session: &SessionRecord,
+        kind: RequestKind,
+        method: &str,
+        params: Value,
+    ) -> Result<SentRequest<'_>, ClientRequestError> {
         let server = &self.scope.rendezvous;
         let timeout = server.timeout(kind);
         let key = MailboxKey::random();
@@ -370,7 +380,7 @@ impl RequestContext {
         let tag = server.sealer.session_tag(session.id.as_str());
         let started = Instant::now();
         // Proposed before the request goes out, so an answer rarely overtakes it.
-        let mut created = CreateInFlight::propose(&*server.mailbox, &key, tag, server.node_id, ttl).await;
+        let mut created = CreateInFlight::propose(&*server.mailbox, key.clone(), tag, server.node_id, ttl).await;
         let sealed = correlation::SealedRequest {
             key: key.clone(),
             owner: server.node_id,
@@ -385,57 +395,78 @@ impl RequestContext {
             server.mailbox.delete(&key).await?;
             return Err(e);
         }
-        let parked = async {
-            if let Err(e) = created.settled().await {
-                // Told, so it stops waiting for an answer no one will take.
-                let reason = format!("the server could not park this {kind}: {e}");
-                let _ = self.send(Message::notification("notifications/cancelled", json!({"requestId": id, "reason": reason})));
-                return Err(e);
-            }
-            server.mailbox.wait(&key, timeout.saturating_sub(started.elapsed())).await
-        };
-        let outcome = tokio::select! {
-            outcome = parked => outcome?,
-            _ = self.scope.cancel.cancelled() => {
-                created.settled().await?;
-                server.mailbox.delete(&key).await?;
-                return Err(ClientRequestError::Cancelled);
-            }
-            () = server.stopping.cancelled() => {
-                let reason = "the server replica running this call is shutting down";
-                let _ = self.send(Message::notification("notifications/cancelled", json!({"requestId": id, "reason": reason})));
-                // A late answer is told the request is gone rather than parked for no one.
-                created.settled().await?;
-                server.mailbox.delete(&key).await?;
-                return Err(ClientRequestError::NodeStopping);
-            }
-        };
-        server.metrics.observe_wait(kind, started.elapsed());
-        match outcome {
-            WaitOutcome::Delivered(answer) => {
-                tracing::debug!(%key, %kind, waited_ms = started.elapsed().as_millis() as u64, "answer arrived; resuming");
-                match Message::from_delivered(answer) {
-                    Some(Message::Response { result, .. }) => {
-                        server.metrics.outcome(kind, "delivered");
-                        Ok(result)
-                    }
-                    Some(Message::Error { error, .. }) => {
-                        server.metrics.outcome(kind, "client_error");
-                        Err(ClientRequestError::ClientError { kind, error })
-                    }
-                    _ => Err(ClientRequestError::MalformedAnswer("not a JSON-RPC response".into())),
+        Ok(SentRequest { key, created, id, kind, timeout, started })
+    }
+
+    /// Park until the answer to a sent request arrives (the `result` member), it times out,
+    /// the call is cancelled or the node stops. An `async move` block rather than an `async
+    /// fn`: an `async fn` keeps its argument twice (as passed, and bound), in every parked call.
+    fn await_answer<'a>(&'a self, mut sent: SentRequest<'a>) -> impl Future<Output = Result<Value, ClientRequestError>> + Send + 'a {
+        async move {
+            let server = &self.scope.rendezvous;
+            let parked = async {
+                if let Err(e) = sent.created.settled().await {
+                    // Told, so it stops waiting for an answer no one will take.
+                    let reason = format!("the server could not park this {}: {e}", sent.kind);
+                    let _ = self.send(Message::notification("notifications/cancelled", json!({"requestId": sent.id, "reason": reason})));
+                    return Err(e);
                 }
+                server.mailbox.wait(&sent.key, sent.timeout.saturating_sub(sent.started.elapsed())).await
+            };
+            let outcome = tokio::select! {
+                outcome = parked => outcome?,
+                _ = self.scope.cancel.cancelled() => {
+                    sent.created.settled().await?;
+                    server.mailbox.delete(&sent.key).await?;
+                    return Err(ClientRequestError::Cancelled);
+                }
+                () = server.stopping.cancelled() => {
+                    let reason = "the server replica running this call is shutting down";
+                    let _ = self.send(Message::notification("notifications/cancelled", json!({"requestId": sent.id, "reason": reason})));
+                    // A late answer is told the request is gone rather than parked for no one.
+                    sent.created.settled().await?;
+                    server.mailbox.delete(&sent.key).await?;
+                    return Err(ClientRequestError::NodeStopping);
+                }
+            };
+            server.metrics.observe_wait(sent.kind, sent.started.elapsed());
+            match outcome {
+                WaitOutcome::Delivered(answer) => {
+                    tracing::debug!(key = %sent.key, kind = %sent.kind, waited_ms = sent.started.elapsed().as_millis() as u64, "answer arrived; resuming");
+                    match Message::from_delivered(answer) {
+                        Some(Message::Response { result, .. }) => {
+                            server.metrics.outcome(sent.kind, "delivered");
+                            Ok(result)
+                        }
+                        Some(Message::Error { error, .. }) => {
+                            server.metrics.outcome(sent.kind, "client_error");
+                            Err(ClientRequestError::ClientError { kind: sent.kind, error })
+                        }
+                        _ => Err(ClientRequestError::MalformedAnswer("not a JSON-RPC response".into())),
+                    }
+                }
+                WaitOutcome::TimedOut | WaitOutcome::Expired => {
+                    server.metrics.outcome(sent.kind, "timeout");
+                    let reason = format!("{} timed out after {:?}", sent.kind, sent.timeout);
+                    let _ = self.send(Message::notification("notifications/cancelled", json!({"requestId": sent.id, "reason": reason})));
+                    server.mailbox.delete(&sent.key).await?;
+                    Err(ClientRequestError::Timeout { kind: sent.kind, after: sent.timeout })
+                }
+                WaitOutcome::Deleted | WaitOutcome::NotFound => Err(ClientRequestError::Cancelled),
             }
-            WaitOutcome::TimedOut | WaitOutcome::Expired => {
-                server.metrics.outcome(kind, "timeout");
-                let reason = format!("{kind} timed out after {timeout:?}");
-                let _ = self.send(Message::notification("notifications/cancelled", json!({"requestId": id, "reason": reason})));
-                server.mailbox.delete(&key).await?;
-                Err(ClientRequestError::Timeout { kind, after: timeout })
-            }
-            WaitOutcome::Deleted | WaitOutcome::NotFound => Err(ClientRequestError::Cancelled),
         }
     }
+}
+
+/// A server-to-client request on the session's stream, its mailbox created or being created:
+/// all its wait needs.
+struct SentRequest<'a> {
+    key: MailboxKey,
+    created: CreateInFlight<'a>,
+    id: RequestId,
+    kind: RequestKind,
+    timeout: Duration,
+    started: Instant,
 }
 
 impl Message {

@@ -254,7 +254,7 @@ impl Server {
             // The create's commit overlaps the client's turn, as for a 2025 request (see
             // `Context::request`): a retry that reaches the store first is kept for it.
             let started = Instant::now();
-            let mut created = CreateInFlight::propose(&**mailbox, &answers, tag, owner, timeout + MAILBOX_GRACE).await;
+            let mut created = CreateInFlight::propose(&**mailbox, answers.clone(), tag, owner, timeout + MAILBOX_GRACE).await;
             if let Some(e) = created.failed_already() {
                 tracing::warn!(error = %e, "multi-round-trip round not started: its mailbox could not be created");
                 let error = ErrorObject::internal(format!("the server could not park this call for input: {e}"));
