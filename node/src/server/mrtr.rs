@@ -41,6 +41,7 @@ use crate::clock::now_ms;
 use crate::mailbox::{Addressee, CreateInFlight, DeliverOutcome, MailboxKey, SessionTag, WaitOutcome};
 use crate::protocol::jsonrpc::{ErrorObject, INTERNAL_ERROR, Message, RequestId, message_from_value};
 use crate::protocol::types::{CapabilityFlags, LogLevel, RequestKind};
+use futures::future::Either;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
@@ -139,31 +140,38 @@ impl Server {
     }
 
     /// Run a `tools/call`, `prompts/get` or `resources/read`: a fresh call here, or a retry
-    /// that continues a call parked here or on another replica.
-    pub(super) async fn run_call(self, call: CallRequest, place: NodePlace) {
-        let CallRequest { client, id, method, params, out, cancel } = call;
-        let state = params.get("requestState").cloned();
-        let message = match state {
-            Some(Value::String(state)) => {
+    /// that continues a call parked here or on another replica. A fresh call's future is the
+    /// driver's own, not wrapped (a wrapper keeps the request again, in every parked call);
+    /// a retry's is boxed.
+    pub(super) fn run_call(self, call: CallRequest, place: NodePlace) -> impl Future<Output = ()> + Send + 'static {
+        match call.params.get("requestState") {
+            Some(Value::Null) | None => Either::Right(self.drive(call, place)),
+            Some(_) => {
                 drop(place);
-                // Boxed: a parked call's task need not make room for a retry's state.
-                match Box::pin(self.relay_retry(&client, method, &params, &state, &out, &cancel)).await {
-                    Some(Ok(last)) => relabel(last, &id),
-                    Some(Err(e)) => {
-                        tracing::debug!(error = %e, "retry refused");
-                        Message::error(Some(id), e.to_error_object())
-                    }
-                    None => return,
-                }
+                Either::Left(Box::pin(self.serve_retry(call)))
             }
-            Some(Value::Null) | None => return self.drive(CallRequest { client, id, method, params, out, cancel }, place).await,
-            Some(_) => Message::error(Some(id), ErrorObject::invalid_params("requestState must be a string")),
+        }
+    }
+
+    /// Answer a retry: relayed to the call's owner, or refused.
+    async fn serve_retry(self, call: CallRequest) {
+        let CallRequest { client, id, method, params, out, cancel } = call;
+        let message = match params.get("requestState") {
+            Some(Value::String(state)) => match self.relay_retry(&client, method, &params, state, &out, &cancel).await {
+                Some(Ok(last)) => relabel(last, &id),
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "retry refused");
+                    Message::error(Some(id), e.to_error_object())
+                }
+                None => return,
+            },
+            _ => Message::error(Some(id), ErrorObject::invalid_params("requestState must be a string")),
         };
         let _ = out.send(Outgoing::Message(Box::new(message)));
     }
 
     /// Run a fresh call's handler here, round after round, until it ends.
-    async fn drive(&self, request: CallRequest, _place: NodePlace) {
+    async fn drive(self, request: CallRequest, _place: NodePlace) {
         let CallRequest { client, id, method, mut params, out, cancel } = request;
         let prefilled = match params.as_object_mut().and_then(|p| p.remove("inputResponses")) {
             None | Some(Value::Null) => Map::new(),
@@ -189,7 +197,7 @@ impl Server {
             call.allow_task();
         }
         let ctx = self.modern_context(call.clone(), &id, Outbound::from(call.clone()), &cancel);
-        let outcomes = Registered::open(self, call_id, &call);
+        let outcomes = Registered::open(&self, call_id, &call);
         let mut handler = std::pin::pin!(self.dispatch(ctx, method, params));
         // Where the current round's outcome goes: the first request's stream (`None`), or the
         // replica serving the retry that answered round `n` (`Some(n)`).
@@ -200,7 +208,8 @@ impl Server {
             if start_task_now || call.task_requested() {
                 // Answered with the task once its record is committed; the handler goes on,
                 // detached from the HTTP exchange, as the task.
-                match self.create_task().await {
+                // Boxed, as the task's run below: rare paths a parked call makes no room for.
+                match Box::pin(self.create_task()).await {
                     Ok((task, events, created)) => {
                         outcomes.end_round(
                             answered.take(),
@@ -208,7 +217,7 @@ impl Server {
                             Message::response(id.clone(), self.envelope(method, created, round > 0)),
                         );
                         call.became_task();
-                        self.run_task(task, &call, handler.as_mut(), events, &cancel).await;
+                        Box::pin(self.run_task(task, &call, handler.as_mut(), events, &cancel)).await;
                     }
                     Err(error) => outcomes.end_round(answered, &call, Message::error(Some(id.clone()), error)),
                 }
