@@ -401,6 +401,7 @@ impl RequestContext {
     /// Park until the answer to a sent request arrives (the `result` member), it times out,
     /// the call is cancelled or the node stops. An `async move` block rather than an `async
     /// fn`: an `async fn` keeps its argument twice (as passed, and bound), in every parked call.
+    #[allow(clippy::manual_async_fn)] // on purpose: see above
     fn await_answer<'a>(&'a self, mut sent: SentRequest<'a>) -> impl Future<Output = Result<Value, ClientRequestError>> + Send + 'a {
         async move {
             let server = &self.scope.rendezvous;
