@@ -5,9 +5,15 @@ mod common;
 
 use common::modern::{Modern, V, accept, text, was_dropped};
 use common::{RawClient, start, start_default};
+use serde_json::Value;
 use serde_json::json;
+use std::sync::Arc;
 use std::time::Duration;
+use switchboard_node::mailbox::{
+    Addressee, CreateOutcome, DeliverOutcome, InMemoryMailbox, Mailbox, MailboxError, MailboxKey, NodeId, SessionTag, WaitOutcome,
+};
 use switchboard_node::server::ServerConfig;
+use switchboard_node::session::InMemorySessionStore;
 use switchboard_node::transport::http::HttpConfig;
 
 #[tokio::test]
@@ -269,4 +275,47 @@ async fn closing_the_retry_cancels_the_handler() {
         assert!(tokio::time::Instant::now() < deadline, "the handler was not cancelled");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A store whose deliveries commit but whose replies are lost (as when the leader changes
+/// between the commit and its reply): the caller hears "unavailable", a while later.
+struct LostDeliverReplies(InMemoryMailbox);
+
+#[async_trait::async_trait]
+impl Mailbox for LostDeliverReplies {
+    async fn create(&self, key: &MailboxKey, session: SessionTag, owner: NodeId, ttl: Duration) -> Result<CreateOutcome, MailboxError> {
+        self.0.create(key, session, owner, ttl).await
+    }
+    async fn deliver(
+        &self,
+        key: &MailboxKey,
+        session: SessionTag,
+        addressee: Option<Addressee>,
+        value: Value,
+    ) -> Result<DeliverOutcome, MailboxError> {
+        self.0.deliver(key, session, addressee, value).await?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Err(MailboxError::Unavailable("the reply was lost".into()))
+    }
+    async fn wait(&self, key: &MailboxKey, timeout: Duration) -> Result<WaitOutcome, MailboxError> {
+        self.0.wait(key, timeout).await
+    }
+    async fn delete(&self, key: &MailboxKey) -> Result<(), MailboxError> {
+        self.0.delete(key).await
+    }
+}
+
+#[tokio::test]
+async fn a_retry_whose_commit_reply_was_lost_gets_the_outcome_of_the_round_its_answers_ended() {
+    let stores = (Arc::new(LostDeliverReplies(InMemoryMailbox::new())), Arc::new(InMemorySessionStore::new(Duration::from_secs(3600))));
+    let srv = common::start_server(common::builder(ServerConfig::default()).build(stores.0, stores.1), HttpConfig::default()).await;
+    let client = Modern::new(&srv.url);
+    let args = json!({"message": "hi"});
+    let first = client.call(1, "test_elicitation", args.clone()).await;
+    let key = first.result()["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
+    let answer = json!({key: {"action": "accept", "content": {"username": "ada", "email": "ada@example.com"}}});
+    let second = client.retry(2, "test_elicitation", args, &first.state(), answer).await;
+    // Not "send the retry again": sent again, it would be refused as already used.
+    assert_eq!(second.result()["resultType"], "complete", "{:?}", second.last());
+    assert!(text(&second).contains("ada@example.com"), "{}", text(&second));
 }

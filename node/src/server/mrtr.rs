@@ -422,6 +422,9 @@ impl Server {
             Ok(DeliverOutcome::WrongSession) => {
                 return refused("tampered", "requestState is invalid (altered or not issued by this cluster)");
             }
+            // The commit's reply was lost (a leader change, say) yet the round already ended with
+            // these answers: they were delivered, and a resent retry would find them used.
+            Err(_) if matches!(fetched, Some(Ok(_))) => self.metrics().mrtr_retry(state.owner == self.node_id()),
             Err(e) => return Some(Err(RetryError::Unavailable(e.to_string()))),
         }
         // From here the call runs again on its owner; a client leaving cancels it there.
