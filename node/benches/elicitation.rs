@@ -899,7 +899,7 @@ async fn sustained(http: &reqwest::Client, nginx: &Path, minutes: u64) {
     for k in 1..=windows {
         tokio::time::sleep_until((started + SUSTAINED_WINDOW * k as u32).into()).await;
         let rss: Vec<f64> = pids.iter().map(|pid| rss_kb(*pid) as f64 / 1024.0).collect();
-        samples.push((rss, dir_bytes(dir.path()) as f64 / (1024.0 * 1024.0)));
+        samples.push((rss, dir_bytes(dir.path()) as f64 / (1024.0 * 1024.0), storage(http, &nodes[0].metrics_url()).await));
     }
     let mut by_window: Vec<Vec<Duration>> = vec![Vec::new(); windows];
     for (finished, trip) in trips.await.expect("clients") {
@@ -912,7 +912,7 @@ async fn sustained(http: &reqwest::Client, nginx: &Path, minutes: u64) {
         latencies.sort();
         let per_sec = latencies.len() as f64 / SUSTAINED_WINDOW.as_secs_f64();
         let (p50, p99, max) = (percentile(&latencies, 0.5), percentile(&latencies, 0.99), latencies.last().copied().unwrap_or_default());
-        let (rss, data) = &samples[k];
+        let (rss, data, _) = &samples[k];
         let rss_text: Vec<String> = rss.iter().map(|r| format!("{r:>6.1}")).collect();
         println!(
             "  {:>6} {per_sec:>9.0} {:>11.2} {:>8.2} {:>8.1}   {:<26} {data:>8.1}",
@@ -923,6 +923,16 @@ async fn sustained(http: &reqwest::Client, nginx: &Path, minutes: u64) {
             rss_text.join(" ")
         );
         rows.push((per_sec, p99, max, rss.iter().cloned().fold(0.0, f64::max)));
+    }
+    println!("\n  what node 0 holds at each window's end (records of the replicated state; log entries in memory; snapshot)");
+    println!("  window   mailboxes  of them tombstones   pending   dedup   log entries   snapshot MB   Raft term");
+    for (k, (_, _, held)) in samples.iter().enumerate() {
+        let [mailboxes, tombstones, pending, dedup, log, snapshot, term] = held.map(|v| v.unwrap_or(f64::NAN));
+        println!(
+            "  {:>6} {mailboxes:>11.0} {tombstones:>19.0} {pending:>9.0} {dedup:>7.0} {log:>13.0} {:>13.1} {term:>11.0}",
+            k + 1,
+            snapshot / (1024.0 * 1024.0)
+        );
     }
     let (first, last) = (rows[0], rows[rows.len() - 1]);
     let worst = rows.iter().map(|r| r.2).max().unwrap_or_default();
@@ -936,6 +946,26 @@ async fn sustained(http: &reqwest::Client, nginx: &Path, minutes: u64) {
     target("longest round trip (<= 200 ms)", format!("{:.1} ms", ms(worst)), worst <= Duration::from_millis(200));
     target("largest node RSS (< 300 MB)", format!("{peak_rss:.1} MB"), peak_rss < 300.0);
     drop(front);
+}
+
+/// What a node's storage holds, from its metrics: mailboxes, tombstones, pending mailboxes,
+/// dedup records, log entries in memory, snapshot bytes; and the Raft term (a leader change
+/// shows as a step).
+async fn storage(http: &reqwest::Client, metrics_url: &str) -> [Option<f64>; 7] {
+    let mut held = [None; 7];
+    let names = [
+        "switchboard_replicated_records{part=\"mailboxes\"}",
+        "switchboard_replicated_records{part=\"tombstones\"}",
+        "switchboard_replicated_records{part=\"pending\"}",
+        "switchboard_replicated_records{part=\"dedup\"}",
+        "switchboard_raft_log_live_entries",
+        "switchboard_raft_snapshot_bytes",
+        "switchboard_raft_term",
+    ];
+    for (slot, name) in held.iter_mut().zip(names) {
+        *slot = metric(http, metrics_url, name).await;
+    }
+    held
 }
 
 /// Bytes of the files under `dir`.

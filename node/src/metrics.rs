@@ -63,6 +63,9 @@ pub struct Metrics {
     raft_committed: Gauge,
     raft_applied: Gauge,
     mailboxes_pending: Gauge,
+    replicated_records: Family<Part, Gauge>,
+    raft_log_live_entries: Gauge,
+    raft_snapshot_bytes: Gauge,
     answers_delivered: Counter,
     limit_refusals: Family<Limit, Counter>,
     snapshot_chunks_received: Counter,
@@ -85,6 +88,11 @@ struct Status {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Owner {
     owner: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Part {
+    part: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -137,6 +145,19 @@ impl Metrics {
         registry.register("raft_committed_index", "Last committed log index", raft_committed.clone());
         registry.register("raft_applied_index", "Last applied log index", raft_applied.clone());
         registry.register("mailboxes_pending", "Mailboxes waiting for an answer", mailboxes_pending.clone());
+        let replicated_records = Family::<Part, Gauge>::default();
+        registry.register(
+            "replicated_records",
+            "Records in this replica's copy of the replicated state, by part (mailboxes, of them pending and tombstones; sessions; dedup: remembered write outcomes; tasks)",
+            replicated_records.clone(),
+        );
+        let [raft_log_live_entries, raft_snapshot_bytes] = std::array::from_fn(|_| Gauge::default());
+        registry.register(
+            "raft_log_live_entries",
+            "Log entries held in memory (those the last snapshot does not cover, and the few kept past it)",
+            raft_log_live_entries.clone(),
+        );
+        registry.register("raft_snapshot_bytes", "Size of the current snapshot, encoded", raft_snapshot_bytes.clone());
         let answers_delivered = Counter::default();
         registry.register("answers_delivered", "Client answers this node received and delivered to a mailbox", answers_delivered.clone());
         let limit_refusals = Family::<Limit, Counter>::default();
@@ -210,6 +231,9 @@ impl Metrics {
             raft_committed,
             raft_applied,
             mailboxes_pending,
+            replicated_records,
+            raft_log_live_entries,
+            raft_snapshot_bytes,
             answers_delivered,
             limit_refusals,
             snapshot_chunks_received,
@@ -373,6 +397,16 @@ impl Metrics {
         self.raft_committed.set(committed.map(|c| c as i64).unwrap_or(-1));
         self.raft_applied.set(applied.map(|a| a as i64).unwrap_or(-1));
         self.mailboxes_pending.set(pending as i64);
+    }
+
+    /// Publish what a Raft member's storage holds: record counts by part of the state, the
+    /// log entries in memory, the current snapshot's size.
+    pub fn raft_storage(&self, records: &[(&'static str, usize)], live_log_entries: u64, snapshot_bytes: usize) {
+        for (part, count) in records {
+            self.replicated_records.get_or_create(&Part { part }).set(*count as i64);
+        }
+        self.raft_log_live_entries.set(live_log_entries as i64);
+        self.raft_snapshot_bytes.set(snapshot_bytes as i64);
     }
 
     pub fn set_local_sessions(&self, n: usize) {

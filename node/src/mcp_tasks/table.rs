@@ -54,11 +54,19 @@ pub enum Lookup<'a> {
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct TaskTable {
+    /// Written in id order, so replicas at one log index write the same snapshot bytes.
+    #[serde(serialize_with = "in_key_order")]
     tasks: HashMap<TaskId, TaskRecord>,
     by_expiry: BTreeSet<(Millis, TaskId)>,
     /// Expired tasks, by when they are forgotten.
     expired: BTreeMap<TaskId, Millis>,
     expired_by_time: BTreeSet<(Millis, TaskId)>,
+}
+
+fn in_key_order<S: serde::Serializer>(tasks: &HashMap<TaskId, TaskRecord>, serializer: S) -> Result<S::Ok, S::Error> {
+    let mut sorted: Vec<_> = tasks.iter().collect();
+    sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    serializer.collect_map(sorted)
 }
 
 impl TaskTable {

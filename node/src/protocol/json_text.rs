@@ -15,6 +15,10 @@ pub struct JsonText(String);
 pub struct NotJson(#[source] serde_json::Error);
 
 impl JsonText {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
     /// The value. Cannot fail: the text was checked when this was built.
     pub fn decode(&self) -> serde_json::Value {
         serde_json::from_str(&self.0).expect("JsonText holds valid JSON")

@@ -190,6 +190,24 @@ impl RaftNode {
             m.last_applied.map(|id| id.index),
             self.sm.read(|sm| sm.pending_mailboxes()),
         );
+        let sizes = self.sm.read(|sm| sm.sizes());
+        let live_log_entries = match (m.last_log_index, m.purged) {
+            (Some(last), Some(purged)) => last.saturating_sub(purged.index),
+            (Some(last), None) => last + 1,
+            (None, _) => 0,
+        };
+        self.metrics.raft_storage(
+            &[
+                ("mailboxes", sizes.mailboxes),
+                ("pending", sizes.pending),
+                ("tombstones", sizes.tombstones),
+                ("sessions", sizes.sessions),
+                ("dedup", sizes.dedup),
+                ("tasks", sizes.tasks),
+            ],
+            live_log_entries,
+            self.sm.snapshot_bytes(),
+        );
     }
 
     pub fn config(&self) -> &RaftNodeConfig {

@@ -1,7 +1,11 @@
 //! openraft's state-machine adapter around the pure [`StateMachine`]: applies entries, wakes the
 //! waiters parked on this node, builds and installs snapshots (written atomically to disk).
+//!
+//! The current snapshot is the one in the data directory: its bytes are not kept in memory
+//! (under load a snapshot is megabytes, and it is read only to send it to a follower that fell
+//! behind the log).
 
-use super::state_machine::{MailboxState, Response, StateMachine, Wake};
+use super::state_machine::{MailboxState, Request, Response, StateMachine, Wake, snapshot as state_snapshot};
 use super::types::{LogId, Snapshot, SnapshotBlob, SnapshotMeta, StoredMembership, TypeConfig, decode, encode, io_error};
 use crate::mailbox::{MailboxKey, WaitOutcome};
 use crate::mcp_tasks::{self, TaskEvent, TaskId};
@@ -11,19 +15,38 @@ use openraft::{EntryPayload, OptionalSend};
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{mpsc, oneshot, watch};
 
 const SNAPSHOT_FILE: &str = "snapshot.bin";
+/// A snapshot file is written and flushed this much at a time.
+const SYNC_PIECE_BYTES: usize = 1 << 20;
 
 struct Inner {
     sm: StateMachine,
+    /// The copy of the state snapshots are encoded from.
+    shadow: Shadow,
+    /// Counts installed snapshots (see [`Shadow::Out`]).
+    generation: u64,
     last_applied: Option<LogId>,
     last_membership: StoredMembership,
-    current_snapshot: Option<(SnapshotMeta, Vec<u8>)>,
     /// Handlers parked on this node, by mailbox (one, nearly always). A oneshot each, not a
     /// watch channel: one is held per parked call, and a watch channel is four times the size.
     waiters: HashMap<MailboxKey, Vec<oneshot::Sender<WaitOutcome>>>,
+}
+
+/// A second copy of the state, applied alongside the live one, so that a snapshot is encoded
+/// from it off the lock instead of from a copy made under it: at thousands of writes a second
+/// the state is hundreds of thousands of records, and copying them stalled every write for
+/// tens of milliseconds. While a snapshot is encoded from it, the entries applied meanwhile
+/// queue up, and it catches up with them when it comes back.
+enum Shadow {
+    /// At the live state's index.
+    InStep(Box<StateMachine>),
+    /// Being encoded: what was applied since, in order. `generation` tells the copy that comes
+    /// back whether an installed snapshot replaced the state meanwhile (it is then dropped).
+    Out { since: Vec<Request>, generation: u64 },
 }
 
 /// A cheap handle; openraft owns one clone, the node keeps another for local reads.
@@ -33,6 +56,8 @@ pub struct StateMachineStore {
     /// The log id of the snapshot on disk; held while one is written. openraft may build a
     /// snapshot while installing another: the older must not land over the newer.
     on_disk: Arc<Mutex<Option<LogId>>>,
+    /// Its size, for the metrics (which must not wait for a write to end).
+    on_disk_bytes: Arc<AtomicUsize>,
     /// The last applied log index, for waiting on local application without polling.
     applied: Arc<watch::Sender<u64>>,
     /// The tasks this node runs, told of their answers and cancellation as they are applied.
@@ -81,28 +106,32 @@ impl StateMachineStore {
         std::fs::create_dir_all(dir)?;
         let mut inner = Inner {
             sm: StateMachine::default(),
+            shadow: Shadow::InStep(Box::default()),
+            generation: 0,
             last_applied: None,
             last_membership: StoredMembership::default(),
-            current_snapshot: None,
             waiters: HashMap::new(),
         };
+        let (mut on_disk, mut on_disk_bytes) = (None, 0);
         match std::fs::read(dir.join(SNAPSHOT_FILE)) {
             Ok(bytes) => {
                 let SnapshotBlob { meta, data, .. } = decode(&bytes).map_err(io_error)?;
-                let data = data.into_owned();
-                inner.sm = decode(&data).map_err(io_error)?;
+                inner.sm = state_snapshot::decode(&data).map_err(io_error)?;
                 inner.last_applied = meta.last_log_id;
                 inner.last_membership = meta.last_membership.clone();
-                inner.current_snapshot = Some((meta, data));
+                (on_disk, on_disk_bytes) = (meta.last_log_id, bytes.len());
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
+        inner.shadow = Shadow::InStep(Box::new(inner.sm.clone()));
         let applied = Arc::new(watch::channel(inner.last_applied.map(|id| id.index).unwrap_or(0)).0);
-        let on_disk = Arc::new(Mutex::new(inner.current_snapshot.as_ref().and_then(|(meta, _)| meta.last_log_id)));
+        let on_disk = Arc::new(Mutex::new(on_disk));
+        let on_disk_bytes = Arc::new(AtomicUsize::new(on_disk_bytes));
         Ok(StateMachineStore {
             inner: Arc::new(Mutex::new(inner)),
             on_disk,
+            on_disk_bytes,
             applied,
             task_owners: Default::default(),
             dir: dir.to_path_buf(),
@@ -168,6 +197,11 @@ impl StateMachineStore {
         rx
     }
 
+    /// The current snapshot's size on disk (0 before the first).
+    pub fn snapshot_bytes(&self) -> usize {
+        self.on_disk_bytes.load(Ordering::Relaxed)
+    }
+
     pub fn parked(&self) -> usize {
         self.lock().waiters.len()
     }
@@ -180,18 +214,48 @@ impl StateMachineStore {
         // Write beside, fsync, rename over: a crash leaves the old or the new snapshot, never half.
         let tmp = self.dir.join(format!("{SNAPSHOT_FILE}.tmp"));
         let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(&encode(&SnapshotBlob { vote: None, meta: meta.clone(), data: data.into() }))?;
+        let bytes = encode(&SnapshotBlob { vote: None, meta: meta.clone(), data: data.into() });
+        // Flushed a piece at a time: the log's fdatasync, which may have to wait for whatever
+        // the file system must write before it, never waits for the whole snapshot at once.
+        for piece in bytes.chunks(SYNC_PIECE_BYTES) {
+            file.write_all(piece)?;
+            file.sync_data()?;
+        }
         file.sync_all()?;
         std::fs::rename(&tmp, self.dir.join(SNAPSHOT_FILE))?;
         std::fs::File::open(&self.dir)?.sync_all()?;
         *on_disk = meta.last_log_id;
+        self.on_disk_bytes.store(bytes.len(), Ordering::Relaxed);
         Ok(())
     }
 
-    /// Remember `snapshot` as the current one unless a newer one is already current.
-    fn keep_newest(inner: &mut Inner, meta: &SnapshotMeta, snapshot: &[u8]) {
-        if inner.current_snapshot.as_ref().is_none_or(|(current, _)| current.last_log_id <= meta.last_log_id) {
-            inner.current_snapshot = Some((meta.clone(), snapshot.to_vec()));
+    /// Put the shadow back after a snapshot was encoded from it, applying what was applied to
+    /// the live state meanwhile. Returns how many entries that was, or `None` if an installed
+    /// snapshot replaced the state meanwhile (the shadow is then a copy of that, and this one
+    /// is dropped).
+    fn return_shadow(&self, mut shadow: Box<StateMachine>, generation: u64) -> Option<usize> {
+        let mut inner = self.lock();
+        let since = match &mut inner.shadow {
+            Shadow::Out { since, generation: out } if *out == generation => std::mem::take(since),
+            _ => return None,
+        };
+        for request in &since {
+            shadow.apply(request);
+        }
+        inner.shadow = Shadow::InStep(shadow);
+        Some(since.len())
+    }
+
+    /// The snapshot on disk, if there is one.
+    fn read_snapshot_file(&self) -> io::Result<Option<Snapshot>> {
+        // No lock: a write renames a whole file over the old one, so this reads one or the other.
+        match std::fs::read(self.dir.join(SNAPSHOT_FILE)) {
+            Ok(bytes) => {
+                let SnapshotBlob { meta, data, .. } = decode(&bytes).map_err(io_error)?;
+                Ok(Some(Snapshot { meta, snapshot: data.into_owned() }))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
         }
     }
 }
@@ -200,24 +264,41 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     type SnapshotData = Vec<u8>;
 
     async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
-        // Copied under the lock, encoded off it: a copy takes a fraction of the encoding's time,
-        // and writes stall on the lock only for the copy.
-        let (meta, state) = {
-            let inner = self.lock();
+        // Encoded from the shadow, off the lock; only a second build while one runs (not
+        // something openraft does) copies the live state.
+        let started = std::time::Instant::now();
+        let (meta, state, generation) = {
+            let mut inner = self.lock();
             let meta = SnapshotMeta { last_log_id: inner.last_applied, last_membership: inner.last_membership.clone() };
-            (meta, inner.sm.clone())
+            let generation = inner.generation;
+            match std::mem::replace(&mut inner.shadow, Shadow::Out { since: Vec::new(), generation }) {
+                Shadow::InStep(shadow) => (meta, shadow, Some(generation)),
+                out => {
+                    inner.shadow = out;
+                    (meta, Box::new(inner.sm.clone()), None)
+                }
+            }
         };
         let this = self.clone();
         let m = meta.clone();
-        // The state can be large: the file is written from this buffer, which comes back.
-        let data = tokio::task::spawn_blocking(move || {
-            let data = encode(&state);
-            drop(state);
-            this.write_snapshot_file(&m, &data).map(|_| data)
+        // The shadow goes back in the blocking task, which runs to its end even if this future
+        // is dropped: a shadow that never came back would queue entries forever.
+        let (data, caught_up) = tokio::task::spawn_blocking(move || {
+            let data = state_snapshot::encode(&state);
+            let caught_up = generation.map(|generation| this.return_shadow(state, generation));
+            (this.write_snapshot_file(&m, &data).map(|_| data), caught_up)
         })
         .await
-        .map_err(io_error)??;
-        Self::keep_newest(&mut self.lock(), &meta, &data);
+        .map_err(io_error)?;
+        let data = data?;
+        tracing::info!(
+            index = meta.last_log_id.map(|id| id.index),
+            bytes = data.len(),
+            total_ms = started.elapsed().as_secs_f64() * 1e3,
+            caught_up_entries = caught_up.flatten(),
+            "snapshot built"
+        );
+        // openraft keeps only the meta of a snapshot it had built; the data is on disk.
         Ok(Snapshot { meta, snapshot: data })
     }
 }
@@ -247,6 +328,10 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     }
                     EntryPayload::Normal(request) => {
                         let (response, wakes) = inner.sm.apply(&request);
+                        match &mut inner.shadow {
+                            Shadow::InStep(shadow) => drop(shadow.apply(&request)),
+                            Shadow::Out { since, .. } => since.push(request),
+                        }
                         let mut task_events = Vec::new();
                         for wake in wakes {
                             if let Wake::Task(event) = wake {
@@ -275,16 +360,16 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Vec<u8>) -> io::Result<()> {
-        let sm: StateMachine = decode(&snapshot).map_err(io_error)?;
+        let sm = state_snapshot::decode(&snapshot).map_err(io_error)?;
         let this = self.clone();
         let m = meta.clone();
-        let snapshot =
-            tokio::task::spawn_blocking(move || this.write_snapshot_file(&m, &snapshot).map(|_| snapshot)).await.map_err(io_error)??;
+        tokio::task::spawn_blocking(move || this.write_snapshot_file(&m, &snapshot)).await.map_err(io_error)??;
         let mut inner = self.lock();
+        inner.shadow = Shadow::InStep(Box::new(sm.clone()));
+        inner.generation += 1;
         inner.sm = sm;
         inner.last_applied = meta.last_log_id;
         inner.last_membership = meta.last_membership.clone();
-        Self::keep_newest(&mut inner, meta, &snapshot);
         self.applied.send_replace(meta.last_log_id.map(|id| id.index).unwrap_or(0));
         // Waiters whose mailbox arrived settled in the snapshot wake now.
         let keys: Vec<MailboxKey> = inner.waiters.keys().cloned().collect();
@@ -303,13 +388,16 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn get_current_snapshot(&mut self) -> io::Result<Option<Snapshot>> {
-        Ok(self.lock().current_snapshot.clone().map(|(meta, snapshot)| Snapshot { meta, snapshot }))
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.read_snapshot_file()).await.map_err(io_error)?
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::raft::state_machine::{Command, WriteId};
+    use crate::raft::types::Entry;
     use openraft::testing::log_id;
 
     fn meta(index: u64) -> SnapshotMeta {
@@ -320,14 +408,92 @@ mod tests {
     async fn an_older_snapshot_never_lands_over_a_newer_one() {
         let dir = tempfile::tempdir().unwrap();
         let store = StateMachineStore::open(dir.path()).unwrap();
-        let data = encode(&StateMachine::default());
+        let data = state_snapshot::encode(&StateMachine::default());
         // As when a build that started earlier finishes after an install.
         store.write_snapshot_file(&meta(10), &data).unwrap();
         store.write_snapshot_file(&meta(5), &data).unwrap();
-        StateMachineStore::keep_newest(&mut store.lock(), &meta(10), &data);
-        StateMachineStore::keep_newest(&mut store.lock(), &meta(5), &data);
-        assert_eq!(store.lock().current_snapshot.as_ref().unwrap().0, meta(10));
+        let mut current = store.clone();
+        assert_eq!(current.get_current_snapshot().await.unwrap().unwrap().meta, meta(10));
         let mut reopened = StateMachineStore::open(dir.path()).unwrap();
         assert_eq!(reopened.applied_state().await.unwrap().0, meta(10).last_log_id);
+    }
+
+    /// Mailbox creates at log indexes `from..to`, applied through openraft's interface.
+    async fn apply_creates(store: &mut StateMachineStore, from: u64, to: u64) {
+        let entries = (from..to).map(|i| {
+            let command =
+                Command::MailboxCreate { key: MailboxKey::from_bits(i.into()), session: Default::default(), owner: 1, ttl_ms: 60_000 };
+            let request = Request { now: 1_000 + i, clock_agreed: true, write: Some(WriteId { origin: 1, serial: i }), command };
+            Ok((Entry { log_id: log_id::<TypeConfig>(1, 0, i), payload: EntryPayload::Normal(request) }, None))
+        });
+        store.apply(futures::stream::iter(entries.collect::<Vec<_>>())).await.unwrap();
+    }
+
+    /// The shadow, if it is in step with the live state, and whether the two are the same.
+    fn shadow_in_step(store: &StateMachineStore) -> Option<bool> {
+        let inner = store.lock();
+        match &inner.shadow {
+            Shadow::InStep(shadow) => Some(**shadow == inner.sm),
+            Shadow::Out { .. } => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_is_the_state_at_its_index_and_the_shadow_catches_up_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = StateMachineStore::open(dir.path()).unwrap();
+        apply_creates(&mut store, 1, 200).await;
+        assert_eq!(shadow_in_step(&store), Some(true));
+        let at_199 = store.read(StateMachine::clone);
+        let snapshot = store.build_snapshot().await.unwrap();
+        assert_eq!(snapshot.meta.last_log_id.map(|id| id.index), Some(199));
+        assert_eq!(state_snapshot::decode(&snapshot.snapshot).unwrap(), at_199);
+        // Entries applied while the shadow is out queue up, and it catches up with them.
+        let generation = store.lock().generation;
+        let shadow = match std::mem::replace(&mut store.lock().shadow, Shadow::Out { since: Vec::new(), generation }) {
+            Shadow::InStep(shadow) => shadow,
+            Shadow::Out { .. } => unreachable!("in step after the build"),
+        };
+        apply_creates(&mut store, 200, 300).await;
+        assert_eq!(shadow_in_step(&store), None);
+        assert_eq!(store.return_shadow(shadow, generation), Some(100));
+        assert_eq!(shadow_in_step(&store), Some(true));
+        assert_eq!(store.read(|sm| sm.sizes().pending), 299);
+    }
+
+    #[tokio::test]
+    async fn a_shadow_out_while_a_snapshot_is_installed_is_dropped_when_it_comes_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = StateMachineStore::open(dir.path()).unwrap();
+        apply_creates(&mut store, 1, 50).await;
+        let generation = store.lock().generation;
+        let Shadow::InStep(shadow) = std::mem::replace(&mut store.lock().shadow, Shadow::Out { since: Vec::new(), generation }) else {
+            unreachable!()
+        };
+        apply_creates(&mut store, 50, 60).await;
+        // Another history, installed meanwhile.
+        let leader_dir = tempfile::tempdir().unwrap();
+        let mut leader = StateMachineStore::open(leader_dir.path()).unwrap();
+        apply_creates(&mut leader, 1, 500).await;
+        let installed = leader.build_snapshot().await.unwrap();
+        store.install_snapshot(&installed.meta, installed.snapshot).await.unwrap();
+        assert_eq!(store.return_shadow(shadow, generation), None);
+        assert_eq!(shadow_in_step(&store), Some(true), "the shadow is a copy of the installed state");
+        assert_eq!(store.read(|sm| sm.sizes().pending), 499);
+        // And a restart starts it from the snapshot on disk.
+        let reopened = StateMachineStore::open(dir.path()).unwrap();
+        assert_eq!(shadow_in_step(&reopened), Some(true));
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_larger_than_one_flushed_piece_reads_back_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = StateMachineStore::open(dir.path()).unwrap();
+        assert!(store.get_current_snapshot().await.unwrap().is_none());
+        let data: Vec<u8> = (0..(2 * SYNC_PIECE_BYTES + 123)).map(|i| (i % 251) as u8).collect();
+        store.write_snapshot_file(&meta(7), &data).unwrap();
+        let current = store.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!((current.meta, current.snapshot), (meta(7), data));
+        assert!(store.snapshot_bytes() > 2 * SYNC_PIECE_BYTES);
     }
 }

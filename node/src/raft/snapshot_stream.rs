@@ -10,7 +10,7 @@
 //! Either way it answers once, with the outcome, and the connection closes.
 
 use super::Raft;
-use super::state_machine::StateMachine;
+use super::state_machine::snapshot as state_snapshot;
 use super::types::{Snapshot, SnapshotMeta, TypeConfig, Vote, blob, decode};
 use crate::metrics::Metrics;
 use crate::peer::routes::SNAPSHOT;
@@ -120,7 +120,7 @@ pub(crate) async fn receive<IO: AsyncRead>(
         return Err(invalid(format!("{} of the {size} bytes announced", data.len())));
     }
     // Raft must never be handed a state it cannot load.
-    if let Err(e) = decode::<StateMachine>(&data) {
+    if let Err(e) = state_snapshot::decode(&data) {
         return Err(invalid(format!("malformed snapshot data: {e}")));
     }
     Ok((vote, Snapshot { meta, snapshot: data }))
@@ -170,12 +170,12 @@ pub async fn transmit(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::peer::codec::encode;
     use crate::peer::stream::Writer;
+    use crate::raft::state_machine::StateMachine;
     use tokio::io::{AsyncWriteExt, DuplexStream};
 
     fn state() -> Vec<u8> {
-        encode(&StateMachine::default())
+        state_snapshot::encode(&StateMachine::default())
     }
 
     fn begin(size: usize) -> ToFollower<'static> {

@@ -20,6 +20,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+pub mod snapshot;
+
 /// Milliseconds since the Unix epoch, as read by a leader's clock.
 pub type Millis = u64;
 
@@ -235,6 +237,20 @@ mod shared {
     pub fn deserialize<'de, T: Deserialize<'de>, D: Deserializer<'de>>(deserializer: D) -> Result<Arc<T>, D::Error> {
         T::deserialize(deserializer).map(Arc::new)
     }
+}
+
+/// Record counts of the replicated state ([`StateMachine::sizes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StateSizes {
+    /// Every mailbox record: pending, early, delivered, or a tombstone.
+    pub mailboxes: usize,
+    pub pending: usize,
+    /// Finished mailboxes kept to refuse late answers.
+    pub tombstones: usize,
+    pub sessions: usize,
+    /// Remembered write outcomes, for retried writes.
+    pub dedup: usize,
+    pub tasks: usize,
 }
 
 /// Everything replicated, and what a snapshot holds.
@@ -528,6 +544,19 @@ impl StateMachine {
         self.pending_by_deadline.len()
     }
 
+    /// How many records each part of the state holds (what a replica's memory and every
+    /// snapshot grow with).
+    pub fn sizes(&self) -> StateSizes {
+        StateSizes {
+            mailboxes: self.mailboxes.len(),
+            pending: self.pending_by_deadline.len(),
+            tombstones: self.tombstones.len(),
+            sessions: self.sessions.len(),
+            dedup: self.dedup.len(),
+            tasks: self.tasks.len(),
+        }
+    }
+
     /// The earliest time at which something expires, if anything will (the leader proposes a
     /// `Tick` once its clock passes it).
     pub fn next_expiry(&self) -> Option<Millis> {
@@ -549,7 +578,7 @@ mod tests {
     use crate::protocol::types::{CapabilityFlags, Implementation};
 
     fn encode(sm: &StateMachine) -> Vec<u8> {
-        crate::peer::codec::encode(sm)
+        snapshot::encode(sm)
     }
 
     /// `value` as a JSON string.
