@@ -635,7 +635,6 @@ async fn run(cli: Cli) -> Result<(), CliError> {
 }
 
 pub fn main() -> ExitCode {
-    crate::allocator::tune();
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     match runtime.block_on(run(cli)) {

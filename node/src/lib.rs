@@ -31,7 +31,6 @@ pub mod session;
 pub mod tools;
 pub mod transport;
 
-mod allocator;
 mod cli;
 mod clock;
 mod dev;
