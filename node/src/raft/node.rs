@@ -183,14 +183,14 @@ impl RaftNode {
 
     fn publish_metrics(&self) {
         let m = self.raft.metrics().borrow_watched().clone();
+        let sizes = self.sm.read(|sm| sm.sizes());
         self.metrics.raft(
             m.current_term,
             m.current_leader,
             m.local_committed.map(|id| id.index),
             m.last_applied.map(|id| id.index),
-            self.sm.read(|sm| sm.pending_mailboxes()),
+            sizes.pending,
         );
-        let sizes = self.sm.read(|sm| sm.sizes());
         let live_log_entries = match (m.last_log_index, m.purged) {
             (Some(last), Some(purged)) => last.saturating_sub(purged.index),
             (Some(last), None) => last + 1,

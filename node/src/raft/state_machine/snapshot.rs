@@ -25,7 +25,7 @@
 //! (len u32 + bytes). Records are written in index order, so replicas at one index write the
 //! same bytes.
 
-use super::{Mailbox, MailboxState, Millis, Response, Session, StateMachine, WriteId};
+use super::{Mailbox, MailboxState, Response, Session, StateMachine, WriteId};
 use crate::mailbox::{CreateOutcome, DeliverOutcome, MailboxKey, SessionTag};
 use crate::mcp_tasks::table::TaskTable;
 use crate::protocol::json_text::JsonText;
@@ -236,7 +236,7 @@ impl<'a> Reader<'a> {
         Ok(self.take(N)?.try_into().expect("took N bytes"))
     }
 
-    fn u64(&mut self) -> Result<Millis, SnapshotDecodeError> {
+    fn u64(&mut self) -> Result<u64, SnapshotDecodeError> {
         Ok(u64::from_le_bytes(self.array()?))
     }
 
