@@ -25,7 +25,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> fo
         let dir = tempfile::tempdir().unwrap();
         // A budget of one byte: every replication read goes through the limited path.
         let log = LogStore::open(dir.path()).unwrap().batch_budget(1);
-        let sm = StateMachineStore::open(dir.path()).unwrap();
+        let sm = StateMachineStore::open(dir.path(), log.entries()).unwrap();
         Ok((dir, log, sm))
     }
 }
@@ -37,7 +37,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> fo
     async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachineStore), StorageError<TypeConfig>> {
         let dir = tempfile::tempdir().unwrap();
         let log = LogStore::open_with_segments_of(dir.path(), 512).unwrap();
-        let sm = StateMachineStore::open(dir.path()).unwrap();
+        let sm = StateMachineStore::open(dir.path(), log.entries()).unwrap();
         Ok((dir, log, sm))
     }
 }

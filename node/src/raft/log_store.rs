@@ -306,6 +306,36 @@ impl LogStore {
     }
 }
 
+impl LogStore {
+    /// A read-only view of the live entries, for replaying them into a snapshot.
+    pub fn entries(&self) -> LogEntries {
+        LogEntries { shared: self.shared.clone() }
+    }
+}
+
+/// A read-only view of a log's live entries. It holds no writer: a view that outlives the
+/// store never keeps the log's files open.
+#[derive(Clone)]
+pub struct LogEntries {
+    shared: Arc<Shared>,
+}
+
+impl LogEntries {
+    /// Copies of the entries from index `from` through `to`, at most `max` of them (the lock
+    /// is held only for that many), or `None` if the log does not hold the one at `from`.
+    pub fn copy(&self, from: u64, to: u64, max: usize) -> Option<Vec<Entry>> {
+        let log = self.shared.log.lock().unwrap();
+        let entries: Vec<Entry> = log.entries.range(from..=to).take(max).cloned().collect();
+        (entries.first().map(|e| e.index()) == Some(from)).then_some(entries)
+    }
+
+    /// The first entry's index if nothing was ever purged (the log then holds every entry).
+    pub fn unpurged_start(&self) -> Option<u64> {
+        let log = self.shared.log.lock().unwrap();
+        log.last_purged.is_none().then_some(log.entries.first)
+    }
+}
+
 /// Encode a record into `out`, framed.
 fn frame(out: &mut Vec<u8>, record: &RecordOut<'_>) {
     let payload = encode(record);

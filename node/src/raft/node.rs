@@ -88,7 +88,7 @@ impl RaftNode {
             super::data_key::claim(&config.data_dir, fingerprint, config.previous_key_fingerprint.as_deref())?;
         }
         let log_store = LogStore::open(&config.data_dir)?.batch_budget(config.replication_batch_bytes);
-        let sm = StateMachineStore::open(&config.data_dir)?;
+        let sm = StateMachineStore::open(&config.data_dir, log_store.entries())?;
         let client = PeerClient::new(config.secret.clone(), config.source_ip, config.key_fingerprint.clone());
         let network = NetworkFactory {
             client: client.clone(),

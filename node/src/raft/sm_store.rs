@@ -4,8 +4,15 @@
 //! The current snapshot is the one in the data directory: its bytes are not kept in memory
 //! (under load a snapshot is megabytes, and it is read only to send it to a follower that fell
 //! behind the log).
+//!
+//! A snapshot is built off the lock, without a second copy of the state kept for it: the
+//! snapshot on disk is read back and the log entries applied since are replayed onto it (the
+//! log holds them: openraft purges only up to the latest snapshot). Under load the state is
+//! hundreds of thousands of records; copying them under the lock stalled every write for tens
+//! of milliseconds, and a standing copy doubled the state's memory and the cost of each apply.
 
-use super::state_machine::{MailboxState, Request, Response, StateMachine, Wake, snapshot as state_snapshot};
+use super::log_store::LogEntries;
+use super::state_machine::{MailboxState, Response, StateMachine, Wake, snapshot as state_snapshot};
 use super::types::{LogId, Snapshot, SnapshotBlob, SnapshotMeta, StoredMembership, TypeConfig, decode, encode, io_error};
 use crate::mailbox::{MailboxKey, WaitOutcome};
 use crate::mcp_tasks::{self, TaskEvent, TaskId};
@@ -22,31 +29,16 @@ use tokio::sync::{mpsc, oneshot, watch};
 const SNAPSHOT_FILE: &str = "snapshot.bin";
 /// A snapshot file is written and flushed this much at a time.
 const SYNC_PIECE_BYTES: usize = 1 << 20;
+/// A build copies this many log entries at a time (the log's lock is held for each copy).
+const REPLAY_CHUNK: usize = 1_024;
 
 struct Inner {
     sm: StateMachine,
-    /// The copy of the state snapshots are encoded from.
-    shadow: Shadow,
-    /// Counts installed snapshots (see [`Shadow::Out`]).
-    generation: u64,
     last_applied: Option<LogId>,
     last_membership: StoredMembership,
     /// Handlers parked on this node, by mailbox (one, nearly always). A oneshot each, not a
     /// watch channel: one is held per parked call, and a watch channel is four times the size.
     waiters: HashMap<MailboxKey, Vec<oneshot::Sender<WaitOutcome>>>,
-}
-
-/// A second copy of the state, applied alongside the live one, so that a snapshot is encoded
-/// from it off the lock instead of from a copy made under it: at thousands of writes a second
-/// the state is hundreds of thousands of records, and copying them stalled every write for
-/// tens of milliseconds. While a snapshot is encoded from it, the entries applied meanwhile
-/// queue up, and it catches up with them when it comes back.
-enum Shadow {
-    /// At the live state's index.
-    InStep(Box<StateMachine>),
-    /// Being encoded: what was applied since, in order. `generation` tells the copy that comes
-    /// back whether an installed snapshot replaced the state meanwhile (it is then dropped).
-    Out { since: Vec<Request>, generation: u64 },
 }
 
 /// A cheap handle; openraft owns one clone, the node keeps another for local reads.
@@ -62,7 +54,19 @@ pub struct StateMachineStore {
     applied: Arc<watch::Sender<u64>>,
     /// The tasks this node runs, told of their answers and cancellation as they are applied.
     task_owners: Arc<Mutex<HashMap<TaskId, mpsc::UnboundedSender<TaskEvent>>>>,
+    /// The log whose entries a build replays onto the snapshot on disk.
+    log: LogEntries,
     dir: PathBuf,
+}
+
+/// What a build starts from: the state at the snapshot on disk with the log replayed onto it.
+enum Replayed {
+    /// The state at the index asked for, and how many entries were replayed to reach it.
+    State(Box<StateMachine>, usize),
+    /// The snapshot on disk is already at (or, installed meanwhile, past) that index.
+    OnDisk(Snapshot),
+    /// The log does not hold the entries after the snapshot on disk.
+    Missing,
 }
 
 /// What `watch` found: a settled outcome, or a receiver that yields one.
@@ -101,13 +105,12 @@ fn wake_outcome(wake: &Wake) -> Option<(&MailboxKey, WaitOutcome)> {
 }
 
 impl StateMachineStore {
-    /// Open the state machine of `dir`, restoring the last snapshot written there.
-    pub fn open(dir: &Path) -> io::Result<Self> {
+    /// Open the state machine of `dir`, restoring the last snapshot written there; snapshots
+    /// are built by replaying `log` onto it.
+    pub fn open(dir: &Path, log: LogEntries) -> io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let mut inner = Inner {
             sm: StateMachine::default(),
-            shadow: Shadow::InStep(Box::default()),
-            generation: 0,
             last_applied: None,
             last_membership: StoredMembership::default(),
             waiters: HashMap::new(),
@@ -124,7 +127,6 @@ impl StateMachineStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        inner.shadow = Shadow::InStep(Box::new(inner.sm.clone()));
         let applied = Arc::new(watch::channel(inner.last_applied.map(|id| id.index).unwrap_or(0)).0);
         let on_disk = Arc::new(Mutex::new(on_disk));
         let on_disk_bytes = Arc::new(AtomicUsize::new(on_disk_bytes));
@@ -134,6 +136,7 @@ impl StateMachineStore {
             on_disk_bytes,
             applied,
             task_owners: Default::default(),
+            log,
             dir: dir.to_path_buf(),
         })
     }
@@ -229,21 +232,63 @@ impl StateMachineStore {
         Ok(())
     }
 
-    /// Put the shadow back after a snapshot was encoded from it, applying what was applied to
-    /// the live state meanwhile. Returns how many entries that was, or `None` if an installed
-    /// snapshot replaced the state meanwhile (the shadow is then a copy of that, and this one
-    /// is dropped).
-    fn return_shadow(&self, mut shadow: Box<StateMachine>, generation: u64) -> Option<usize> {
-        let mut inner = self.lock();
-        let since = match &mut inner.shadow {
-            Shadow::Out { since, generation: out } if *out == generation => std::mem::take(since),
-            _ => return None,
+    /// What a snapshot built now describes: the last applied entry and membership.
+    fn build_meta(&self) -> SnapshotMeta {
+        let inner = self.lock();
+        SnapshotMeta { last_log_id: inner.last_applied, last_membership: inner.last_membership.clone() }
+    }
+
+    /// The snapshot at `meta`'s index, written to disk (blocking), and how many log entries were
+    /// replayed to build it (`None`: none needed, or the live state was copied).
+    fn build(&self, meta: SnapshotMeta) -> io::Result<(Snapshot, Option<usize>)> {
+        let (meta, state, replayed) = match self.replay_onto_snapshot(&meta)? {
+            Replayed::State(state, replayed) => (meta, state, Some(replayed)),
+            Replayed::OnDisk(snapshot) => return Ok((snapshot, None)),
+            Replayed::Missing => {
+                // Not in normal operation (the log keeps every entry after the latest
+                // snapshot); the copy stalls writes while it is made, but is never wrong.
+                tracing::warn!(
+                    index = meta.last_log_id.map(|id| id.index),
+                    "snapshot built from a copy: the log lacks entries after the last one"
+                );
+                let inner = self.lock();
+                let meta = SnapshotMeta { last_log_id: inner.last_applied, last_membership: inner.last_membership.clone() };
+                (meta, Box::new(inner.sm.clone()), None)
+            }
         };
-        for request in &since {
-            shadow.apply(request);
+        let data = state_snapshot::encode(&state);
+        drop(state);
+        self.write_snapshot_file(&meta, &data)?;
+        Ok((Snapshot { meta, snapshot: data }, replayed))
+    }
+
+    /// The state at `meta`'s index: the snapshot on disk with the log entries after it applied.
+    fn replay_onto_snapshot(&self, meta: &SnapshotMeta) -> io::Result<Replayed> {
+        let target = meta.last_log_id.map(|id| id.index);
+        let (mut state, mut next) = match self.read_snapshot_file()? {
+            Some(on_disk) if on_disk.meta.last_log_id.map(|id| id.index) >= target => return Ok(Replayed::OnDisk(on_disk)),
+            Some(on_disk) => {
+                let state = state_snapshot::decode(&on_disk.snapshot).map_err(io_error)?;
+                (Box::new(state), on_disk.meta.last_log_id.map_or(0, |id| id.index + 1))
+            }
+            None => match self.log.unpurged_start() {
+                Some(first) => (Box::default(), first),
+                None => return Ok(Replayed::Missing),
+            },
+        };
+        let Some(target) = target else { return Ok(Replayed::State(state, 0)) };
+        let mut replayed = 0;
+        while next <= target {
+            let Some(entries) = self.log.copy(next, target, REPLAY_CHUNK) else { return Ok(Replayed::Missing) };
+            for entry in entries {
+                if let EntryPayload::Normal(request) = &entry.payload {
+                    state.apply(request);
+                }
+                next = entry.log_id.index + 1;
+                replayed += 1;
+            }
         }
-        inner.shadow = Shadow::InStep(shadow);
-        Some(since.len())
+        Ok(Replayed::State(state, replayed))
     }
 
     /// The snapshot on disk, if there is one.
@@ -264,42 +309,19 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     type SnapshotData = Vec<u8>;
 
     async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
-        // Encoded from the shadow, off the lock; only a second build while one runs (not
-        // something openraft does) copies the live state.
         let started = std::time::Instant::now();
-        let (meta, state, generation) = {
-            let mut inner = self.lock();
-            let meta = SnapshotMeta { last_log_id: inner.last_applied, last_membership: inner.last_membership.clone() };
-            let generation = inner.generation;
-            match std::mem::replace(&mut inner.shadow, Shadow::Out { since: Vec::new(), generation }) {
-                Shadow::InStep(shadow) => (meta, shadow, Some(generation)),
-                out => {
-                    inner.shadow = out;
-                    (meta, Box::new(inner.sm.clone()), None)
-                }
-            }
-        };
+        let meta = self.build_meta();
         let this = self.clone();
-        let m = meta.clone();
-        // The shadow goes back in the blocking task, which runs to its end even if this future
-        // is dropped: a shadow that never came back would queue entries forever.
-        let (data, caught_up) = tokio::task::spawn_blocking(move || {
-            let data = state_snapshot::encode(&state);
-            let caught_up = generation.map(|generation| this.return_shadow(state, generation));
-            (this.write_snapshot_file(&m, &data).map(|_| data), caught_up)
-        })
-        .await
-        .map_err(io_error)?;
-        let data = data?;
+        let (snapshot, replayed) = tokio::task::spawn_blocking(move || this.build(meta)).await.map_err(io_error)??;
         tracing::info!(
-            index = meta.last_log_id.map(|id| id.index),
-            bytes = data.len(),
+            index = snapshot.meta.last_log_id.map(|id| id.index),
+            bytes = snapshot.snapshot.len(),
             total_ms = started.elapsed().as_secs_f64() * 1e3,
-            caught_up_entries = caught_up.flatten(),
+            replayed_entries = replayed,
             "snapshot built"
         );
         // openraft keeps only the meta of a snapshot it had built; the data is on disk.
-        Ok(Snapshot { meta, snapshot: data })
+        Ok(snapshot)
     }
 }
 
@@ -328,10 +350,6 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     }
                     EntryPayload::Normal(request) => {
                         let (response, wakes) = inner.sm.apply(&request);
-                        match &mut inner.shadow {
-                            Shadow::InStep(shadow) => drop(shadow.apply(&request)),
-                            Shadow::Out { since, .. } => since.push(request),
-                        }
                         let mut task_events = Vec::new();
                         for wake in wakes {
                             if let Wake::Task(event) = wake {
@@ -365,8 +383,6 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let m = meta.clone();
         tokio::task::spawn_blocking(move || this.write_snapshot_file(&m, &snapshot)).await.map_err(io_error)??;
         let mut inner = self.lock();
-        inner.shadow = Shadow::InStep(Box::new(sm.clone()));
-        inner.generation += 1;
         inner.sm = sm;
         inner.last_applied = meta.last_log_id;
         inner.last_membership = meta.last_membership.clone();
@@ -396,9 +412,17 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::raft::state_machine::{Command, WriteId};
+    use crate::raft::log_store::LogStore;
+    use crate::raft::state_machine::{Command, Request, WriteId};
     use crate::raft::types::Entry;
+    use openraft::storage::{IOFlushed, RaftLogStorage};
     use openraft::testing::log_id;
+    use openraft::type_config::TypeConfigExt;
+
+    /// The state machine of `dir`, with the log there (which nothing is appended to).
+    fn open(dir: &Path) -> StateMachineStore {
+        StateMachineStore::open(dir, LogStore::open(dir).unwrap().entries()).unwrap()
+    }
 
     fn meta(index: u64) -> SnapshotMeta {
         SnapshotMeta { last_log_id: Some(log_id::<TypeConfig>(1, 0, index)), last_membership: StoredMembership::default() }
@@ -407,88 +431,105 @@ mod tests {
     #[tokio::test]
     async fn an_older_snapshot_never_lands_over_a_newer_one() {
         let dir = tempfile::tempdir().unwrap();
-        let store = StateMachineStore::open(dir.path()).unwrap();
+        let store = open(dir.path());
         let data = state_snapshot::encode(&StateMachine::default());
         // As when a build that started earlier finishes after an install.
         store.write_snapshot_file(&meta(10), &data).unwrap();
         store.write_snapshot_file(&meta(5), &data).unwrap();
         let mut current = store.clone();
         assert_eq!(current.get_current_snapshot().await.unwrap().unwrap().meta, meta(10));
-        let mut reopened = StateMachineStore::open(dir.path()).unwrap();
+        let mut reopened = open(dir.path());
         assert_eq!(reopened.applied_state().await.unwrap().0, meta(10).last_log_id);
     }
 
-    /// Mailbox creates at log indexes `from..to`, applied through openraft's interface.
-    async fn apply_creates(store: &mut StateMachineStore, from: u64, to: u64) {
-        let entries = (from..to).map(|i| {
-            let command =
-                Command::MailboxCreate { key: MailboxKey::from_bits(i.into()), session: Default::default(), owner: 1, ttl_ms: 60_000 };
-            let request = Request { now: 1_000 + i, clock_agreed: true, write: Some(WriteId { origin: 1, serial: i }), command };
-            Ok((Entry { log_id: log_id::<TypeConfig>(1, 0, i), payload: EntryPayload::Normal(request) }, None))
-        });
-        store.apply(futures::stream::iter(entries.collect::<Vec<_>>())).await.unwrap();
+    /// Mailbox creates at log indexes `from..to`.
+    fn creates(from: u64, to: u64) -> Vec<Entry> {
+        (from..to)
+            .map(|i| {
+                let command =
+                    Command::MailboxCreate { key: MailboxKey::from_bits(i.into()), session: Default::default(), owner: 1, ttl_ms: 60_000 };
+                let request = Request { now: 1_000 + i, clock_agreed: true, write: Some(WriteId { origin: 1, serial: i }), command };
+                Entry { log_id: log_id::<TypeConfig>(1, 0, i), payload: EntryPayload::Normal(request) }
+            })
+            .collect()
     }
 
-    /// The shadow, if it is in step with the live state, and whether the two are the same.
-    fn shadow_in_step(store: &StateMachineStore) -> Option<bool> {
-        let inner = store.lock();
-        match &inner.shadow {
-            Shadow::InStep(shadow) => Some(**shadow == inner.sm),
-            Shadow::Out { .. } => None,
-        }
+    /// Apply `entries` through openraft's interface.
+    async fn apply(store: &mut StateMachineStore, entries: Vec<Entry>) {
+        store.apply(futures::stream::iter(entries.into_iter().map(|e| Ok((e, None))).collect::<Vec<_>>())).await.unwrap();
+    }
+
+    /// Append `entries` to `log` and apply them, as openraft does once they are committed.
+    async fn append_and_apply(log: &mut LogStore, store: &mut StateMachineStore, entries: Vec<Entry>) {
+        let (tx, rx) = TypeConfig::oneshot();
+        log.append(entries.clone(), IOFlushed::signal(tx)).await.unwrap();
+        rx.await.unwrap().unwrap();
+        apply(store, entries).await;
+    }
+
+    /// The state machine and log of `dir`.
+    fn open_with_log(dir: &Path) -> (StateMachineStore, LogStore) {
+        let log = LogStore::open(dir).unwrap();
+        (StateMachineStore::open(dir, log.entries()).unwrap(), log)
     }
 
     #[tokio::test]
-    async fn a_snapshot_is_the_state_at_its_index_and_the_shadow_catches_up_after_it() {
+    async fn a_snapshot_is_the_last_one_with_the_log_since_replayed_onto_it() {
         let dir = tempfile::tempdir().unwrap();
-        let mut store = StateMachineStore::open(dir.path()).unwrap();
-        apply_creates(&mut store, 1, 200).await;
-        assert_eq!(shadow_in_step(&store), Some(true));
+        let (mut store, mut log) = open_with_log(dir.path());
+        append_and_apply(&mut log, &mut store, creates(1, 200)).await;
         let at_199 = store.read(StateMachine::clone);
-        let snapshot = store.build_snapshot().await.unwrap();
-        assert_eq!(snapshot.meta.last_log_id.map(|id| id.index), Some(199));
+        let (snapshot, replayed) = store.build(store.build_meta()).unwrap();
+        assert_eq!((snapshot.meta.last_log_id.map(|id| id.index), replayed), (Some(199), Some(199)), "the whole log, no snapshot before");
         assert_eq!(state_snapshot::decode(&snapshot.snapshot).unwrap(), at_199);
-        // Entries applied while the shadow is out queue up, and it catches up with them.
-        let generation = store.lock().generation;
-        let shadow = match std::mem::replace(&mut store.lock().shadow, Shadow::Out { since: Vec::new(), generation }) {
-            Shadow::InStep(shadow) => shadow,
-            Shadow::Out { .. } => unreachable!("in step after the build"),
-        };
-        apply_creates(&mut store, 200, 300).await;
-        assert_eq!(shadow_in_step(&store), None);
-        assert_eq!(store.return_shadow(shadow, generation), Some(100));
-        assert_eq!(shadow_in_step(&store), Some(true));
-        assert_eq!(store.read(|sm| sm.sizes().pending), 299);
+
+        append_and_apply(&mut log, &mut store, creates(200, 300)).await;
+        let at_299 = store.read(StateMachine::clone);
+        let (snapshot, replayed) = store.build(store.build_meta()).unwrap();
+        assert_eq!((snapshot.meta.last_log_id.map(|id| id.index), replayed), (Some(299), Some(100)), "only the entries since the last one");
+        assert_eq!(state_snapshot::decode(&snapshot.snapshot).unwrap(), at_299);
+        assert_eq!(store.get_current_snapshot().await.unwrap().unwrap().meta, snapshot.meta);
+
+        // Built again at the same index: the one on disk, nothing replayed.
+        let (again, replayed) = store.build(store.build_meta()).unwrap();
+        assert_eq!((again.meta, again.snapshot, replayed), (snapshot.meta, snapshot.snapshot, None));
+        drop((store, log));
+        let reopened = open(dir.path());
+        assert_eq!(reopened.read(StateMachine::clone), at_299, "a restart starts from it");
     }
 
     #[tokio::test]
-    async fn a_shadow_out_while_a_snapshot_is_installed_is_dropped_when_it_comes_back() {
+    async fn without_the_entries_in_the_log_a_snapshot_is_a_copy_of_the_live_state() {
         let dir = tempfile::tempdir().unwrap();
-        let mut store = StateMachineStore::open(dir.path()).unwrap();
-        apply_creates(&mut store, 1, 50).await;
-        let generation = store.lock().generation;
-        let Shadow::InStep(shadow) = std::mem::replace(&mut store.lock().shadow, Shadow::Out { since: Vec::new(), generation }) else {
-            unreachable!()
-        };
-        apply_creates(&mut store, 50, 60).await;
-        // Another history, installed meanwhile.
+        let mut store = open(dir.path());
+        apply(&mut store, creates(1, 50)).await;
+        let live = store.read(StateMachine::clone);
+        let snapshot = store.build_snapshot().await.unwrap();
+        assert_eq!(snapshot.meta.last_log_id.map(|id| id.index), Some(49));
+        assert_eq!(state_snapshot::decode(&snapshot.snapshot).unwrap(), live);
+    }
+
+    #[tokio::test]
+    async fn a_build_behind_a_snapshot_installed_meanwhile_returns_the_installed_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, mut log) = open_with_log(dir.path());
+        append_and_apply(&mut log, &mut store, creates(1, 60)).await;
+        let behind = store.build_meta();
+        // Another history, installed before the build reads the snapshot on disk.
         let leader_dir = tempfile::tempdir().unwrap();
-        let mut leader = StateMachineStore::open(leader_dir.path()).unwrap();
-        apply_creates(&mut leader, 1, 500).await;
+        let (mut leader, mut leader_log) = open_with_log(leader_dir.path());
+        append_and_apply(&mut leader_log, &mut leader, creates(1, 500)).await;
         let installed = leader.build_snapshot().await.unwrap();
-        store.install_snapshot(&installed.meta, installed.snapshot).await.unwrap();
-        assert_eq!(store.return_shadow(shadow, generation), None);
-        assert_eq!(shadow_in_step(&store), Some(true), "the shadow is a copy of the installed state");
+        store.install_snapshot(&installed.meta, installed.snapshot.clone()).await.unwrap();
+        let (built, replayed) = store.build(behind).unwrap();
+        assert_eq!((built.meta, built.snapshot, replayed), (installed.meta, installed.snapshot, None));
         assert_eq!(store.read(|sm| sm.sizes().pending), 499);
-        // And a restart starts it from the snapshot on disk.
-        let reopened = StateMachineStore::open(dir.path()).unwrap();
-        assert_eq!(shadow_in_step(&reopened), Some(true));
     }
 
     #[tokio::test]
     async fn a_snapshot_larger_than_one_flushed_piece_reads_back_whole() {
         let dir = tempfile::tempdir().unwrap();
-        let mut store = StateMachineStore::open(dir.path()).unwrap();
+        let mut store = open(dir.path());
         assert!(store.get_current_snapshot().await.unwrap().is_none());
         let data: Vec<u8> = (0..(2 * SYNC_PIECE_BYTES + 123)).map(|i| (i % 251) as u8).collect();
         store.write_snapshot_file(&meta(7), &data).unwrap();
