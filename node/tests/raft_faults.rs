@@ -109,8 +109,10 @@ async fn a_restarted_follower_catches_up_through_a_snapshot_after_purge() {
     .await;
     let leader = cluster.wait_for_leader(Duration::from_secs(5)).await;
     let follower = (leader + 1) % 3;
-    let follower_last = cluster.node(follower).raft.metrics().borrow_watched().last_log_index.unwrap_or(0);
     cluster.kill(follower).await;
+    // The follower's log ends at or before the leader's when it died (its own metrics may lag
+    // what it had written).
+    let follower_last = cluster.node(leader).raft.metrics().borrow_watched().last_log_index.unwrap_or(0);
     let during = deliver_many(&cluster, leader, 40).await;
     // The leader snapshotted and purged the entries the follower missed.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -120,7 +122,9 @@ async fn a_restarted_follower_catches_up_through_a_snapshot_after_purge() {
     }
     cluster.restart(follower).await;
     assert_all_delivered(&cluster, follower, &during).await;
-    assert!(cluster.node(follower).raft.metrics().borrow_watched().snapshot.is_some(), "caught up by installing a snapshot");
+    // The metrics report the install a moment after its data is readable.
+    let installed = cluster.node(follower).raft.wait(Some(Duration::from_secs(5))).metrics(|m| m.snapshot.is_some(), "a snapshot").await;
+    assert!(installed.is_ok(), "caught up by installing a snapshot");
     assert!(cluster.data_dir(follower).join("snapshot.bin").exists(), "the installed snapshot is on disk");
     cluster.stop_all().await;
 }
