@@ -100,6 +100,37 @@ async fn a_restarted_follower_catches_up_from_its_log() {
     cluster.stop_all().await;
 }
 
+/// The leader's last log index, once it has applied all of its log: with no writes going on and
+/// a member cut off (killed or partitioned), an upper bound of that member's log. The member's
+/// own metrics may lag what it had written, and the leader's its own appends.
+async fn last_log_index(cluster: &TestCluster, leader: usize) -> u64 {
+    let settled = cluster
+        .node(leader)
+        .raft
+        .wait(Some(Duration::from_secs(5)))
+        .metrics(|m| m.last_log_index == m.last_applied.map(|id| id.index), "the log applied")
+        .await
+        .expect("the leader applies its log");
+    settled.last_log_index.unwrap_or(0)
+}
+
+/// Wait until the leader has snapshotted and purged its log past `index`, so a member whose log
+/// ends there can only catch up by installing a snapshot.
+async fn wait_purged_past(cluster: &TestCluster, leader: usize, index: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while cluster.node(leader).raft.metrics().borrow_watched().purged.is_none_or(|p| p.index <= index) {
+        assert!(tokio::time::Instant::now() < deadline, "leader never purged its log past {index}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `member` caught up by installing a snapshot. Its metrics report the install a moment after
+/// the data is readable, so this waits for them.
+async fn assert_installed_a_snapshot(cluster: &TestCluster, member: usize) {
+    let installed = cluster.node(member).raft.wait(Some(Duration::from_secs(5))).metrics(|m| m.snapshot.is_some(), "a snapshot").await;
+    assert!(installed.is_ok(), "member {member} caught up by installing a snapshot");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_follower_catches_up_through_a_snapshot_after_purge() {
     let mut cluster = TestCluster::start_with(3, |c| {
@@ -110,21 +141,12 @@ async fn a_restarted_follower_catches_up_through_a_snapshot_after_purge() {
     let leader = cluster.wait_for_leader(Duration::from_secs(5)).await;
     let follower = (leader + 1) % 3;
     cluster.kill(follower).await;
-    // The follower's log ends at or before the leader's when it died (its own metrics may lag
-    // what it had written).
-    let follower_last = cluster.node(leader).raft.metrics().borrow_watched().last_log_index.unwrap_or(0);
+    let follower_last = last_log_index(&cluster, leader).await;
     let during = deliver_many(&cluster, leader, 40).await;
-    // The leader snapshotted and purged the entries the follower missed.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while cluster.node(leader).raft.metrics().borrow_watched().purged.is_none_or(|p| p.index <= follower_last) {
-        assert!(tokio::time::Instant::now() < deadline, "leader never purged its log");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_purged_past(&cluster, leader, follower_last).await;
     cluster.restart(follower).await;
     assert_all_delivered(&cluster, follower, &during).await;
-    // The metrics report the install a moment after its data is readable.
-    let installed = cluster.node(follower).raft.wait(Some(Duration::from_secs(5))).metrics(|m| m.snapshot.is_some(), "a snapshot").await;
-    assert!(installed.is_ok(), "caught up by installing a snapshot");
+    assert_installed_a_snapshot(&cluster, follower).await;
     assert!(cluster.data_dir(follower).join("snapshot.bin").exists(), "the installed snapshot is on disk");
     cluster.stop_all().await;
 }
@@ -133,28 +155,28 @@ async fn a_restarted_follower_catches_up_through_a_snapshot_after_purge() {
 async fn a_follower_catches_up_through_a_snapshot_sent_in_many_pieces() {
     const CHUNK: u64 = 16 * 1024;
     let mut cluster = TestCluster::start_with(3, |c| {
-        c.snapshot_every = 20;
+        c.snapshot_every = 40;
         c.keep_logs = 0;
         c.snapshot_chunk_bytes = CHUNK as usize;
     })
     .await;
     let leader = cluster.wait_for_leader(Duration::from_secs(5)).await;
     let lagging = (leader + 1) % 3;
-    let lagging_last = cluster.node(lagging).raft.metrics().borrow_watched().last_log_index.unwrap_or(0);
     cluster.partition(lagging);
-    // About 1 MiB of state: the snapshot needs dozens of pieces.
+    let lagging_last = last_log_index(&cluster, leader).await;
+    // About 1 MiB of answers in 80 entries (a create and a delivery each).
     let during = deliver_many_padded(&cluster, leader, 40, 25_000).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while cluster.node(leader).raft.metrics().borrow_watched().purged.is_none_or(|p| p.index <= lagging_last) {
-        assert!(tokio::time::Instant::now() < deadline, "leader never purged its log");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // Not necessarily the last snapshot: openraft postpones a purge while a replication to the
+    // cut-off member is in flight, which with a blackhole is most of the time.
+    wait_purged_past(&cluster, leader, lagging_last).await;
     cluster.heal();
     assert_all_delivered(&cluster, lagging, &during).await;
-    assert!(cluster.node(lagging).raft.metrics().borrow_watched().snapshot.is_some(), "caught up by installing a snapshot");
+    assert_installed_a_snapshot(&cluster, lagging).await;
+    // Any snapshot past the lagging member's log holds 40 entries or more since the start,
+    // about half the answers: hundreds of KiB.
     let size = std::fs::metadata(cluster.data_dir(lagging).join("snapshot.bin")).unwrap().len();
     let pieces = cluster.metrics[lagging].snapshot_chunks_received_count();
-    assert!(size > 40 * CHUNK, "a snapshot of {size} bytes");
+    assert!(size > 16 * CHUNK, "a snapshot of {size} bytes");
     assert!(pieces >= size / CHUNK, "{size} bytes arrived in {pieces} pieces of at most {CHUNK}");
     cluster.stop_all().await;
 }
