@@ -8,6 +8,11 @@ pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     rmp_serde::to_vec_named(value).expect("in-memory values always encode")
 }
 
+/// [`encode`] appending to `out` (no buffer of its own, grown and copied per value).
+pub fn encode_into<T: Serialize>(out: &mut Vec<u8>, value: &T) {
+    rmp_serde::encode::write_named(out, value).expect("in-memory values always encode")
+}
+
 pub fn decode<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, rmp_serde::decode::Error> {
     rmp_serde::from_slice(bytes)
 }
@@ -32,6 +37,15 @@ pub fn encoded_len<T: Serialize>(value: &T) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn encode_into_appends_what_encode_makes() {
+        let value = serde_json::json!({"answer": "x".repeat(300), "n": [1, 2.5, null, true]});
+        let mut out = b"head".to_vec();
+        encode_into(&mut out, &value);
+        assert_eq!(&out[..4], b"head");
+        assert_eq!(out[4..], encode(&value));
+    }
 
     #[test]
     fn encoded_len_counts_what_encode_writes() {

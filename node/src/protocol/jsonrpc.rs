@@ -117,26 +117,27 @@ impl Message {
         matches!(self, Message::Response { .. } | Message::Error { .. })
     }
 
-    pub fn to_value(&self) -> Value {
+    /// The message as a JSON value, taking its members (no copy of the params or result).
+    pub fn into_value(self) -> Value {
         let mut obj = Map::new();
         obj.insert("jsonrpc".into(), json!("2.0"));
         match self {
             Message::Request { id, method, params } => {
                 obj.insert("id".into(), json!(id));
-                obj.insert("method".into(), json!(method));
+                obj.insert("method".into(), Value::String(method));
                 if let Some(p) = params {
-                    obj.insert("params".into(), p.clone());
+                    obj.insert("params".into(), p);
                 }
             }
             Message::Notification { method, params } => {
-                obj.insert("method".into(), json!(method));
+                obj.insert("method".into(), Value::String(method));
                 if let Some(p) = params {
-                    obj.insert("params".into(), p.clone());
+                    obj.insert("params".into(), p);
                 }
             }
             Message::Response { id, result } => {
                 obj.insert("id".into(), json!(id));
-                obj.insert("result".into(), result.clone());
+                obj.insert("result".into(), result);
             }
             Message::Error { id, error } => {
                 obj.insert("id".into(), json!(id));
@@ -146,8 +147,46 @@ impl Message {
         Value::Object(obj)
     }
 
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).expect("a message serializes")
+    }
+
+    /// The message's wire text, written straight from its members (building a [`Value`]
+    /// first copied the params or result on every message sent).
     pub fn to_json(&self) -> String {
-        self.to_value().to_string()
+        serde_json::to_string(self).expect("a message serializes")
+    }
+}
+
+impl Serialize for Message {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("jsonrpc", "2.0")?;
+        match self {
+            Message::Request { id, method, params } => {
+                map.serialize_entry("id", id)?;
+                map.serialize_entry("method", method)?;
+                if let Some(p) = params {
+                    map.serialize_entry("params", p)?;
+                }
+            }
+            Message::Notification { method, params } => {
+                map.serialize_entry("method", method)?;
+                if let Some(p) = params {
+                    map.serialize_entry("params", p)?;
+                }
+            }
+            Message::Response { id, result } => {
+                map.serialize_entry("id", id)?;
+                map.serialize_entry("result", result)?;
+            }
+            Message::Error { id, error } => {
+                map.serialize_entry("id", id)?;
+                map.serialize_entry("error", error)?;
+            }
+        }
+        map.end()
     }
 }
 
@@ -344,6 +383,26 @@ mod tests {
         assert_eq!(parse_message(msg.to_json().as_bytes()).unwrap(), msg);
         let err = Message::error(None, ErrorObject::new(PARSE_ERROR, "bad"));
         assert_eq!(err.to_value()["id"], Value::Null);
+    }
+
+    #[test]
+    fn every_kind_of_message_has_one_json_form_however_it_is_written() {
+        let messages = [
+            Message::request(RequestId::Number(7), "elicitation/create", json!({"message": "ok?", "n": [1, 2]})),
+            Message::Request { id: RequestId::String("r".into()), method: "ping".into(), params: None },
+            Message::notification("notifications/progress", json!({"progress": 1})),
+            Message::Notification { method: "notifications/initialized".into(), params: None },
+            Message::response(RequestId::String("a".into()), json!({"action": "accept", "content": {"x": true}})),
+            Message::error(Some(RequestId::Number(1)), ErrorObject::invalid_params("bad").with_data(json!({"limit": 3}))),
+            Message::error(None, ErrorObject::new(PARSE_ERROR, "bad")),
+        ];
+        for msg in messages {
+            let text: Value = serde_json::from_str(&msg.to_json()).unwrap();
+            assert_eq!(text["jsonrpc"], "2.0");
+            assert_eq!(msg.to_value(), text, "{msg:?}");
+            assert_eq!(msg.clone().into_value(), text, "{msg:?}");
+            assert_eq!(parse_message(msg.to_json().as_bytes()).unwrap(), msg);
+        }
     }
 
     #[test]

@@ -30,7 +30,8 @@ pub struct RaftNodeConfig {
     /// Minimum election timeout (the maximum is twice this).
     pub election_timeout: Duration,
     /// Take a snapshot after this many log entries; keep this many before purging. A snapshot
-    /// encodes the whole state (every mailbox until its deadline) under the state-machine lock,
+    /// is built off the write path (the log replayed onto the last one, in a low-priority
+    /// thread), but it encodes and writes the whole state (every mailbox until its deadline),
     /// so it must be rare next to the write rate.
     pub snapshot_every: u64,
     pub keep_logs: u64,

@@ -31,7 +31,8 @@
 //! AppendEntries request from; openraft itself bounds a request only by its number of entries
 //! (`max_payload_entries`), so the store bounds it in bytes ([`LogStore::batch_budget`]).
 
-use super::types::{Entry, LogId, TypeConfig, Vote, decode, encode, io_error};
+use super::types::{Entry, LogId, TypeConfig, Vote, decode, io_error};
+use crate::peer::codec::encode_into;
 use crate::peer::codec::encoded_len;
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{OptionalSend, entry::RaftEntry};
@@ -340,15 +341,20 @@ impl LogEntries {
 }
 
 /// Encode a record into `out`, framed.
+/// Encoded in place, the header written once the payload's length and checksum are known.
 fn frame(out: &mut Vec<u8>, record: &RecordOut<'_>) {
-    let payload = encode(record);
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-    out.extend_from_slice(&payload);
+    let header = out.len();
+    out.extend_from_slice(&[0; RECORD_HEADER_BYTES]);
+    encode_into(out, record);
+    let payload = &out[header + RECORD_HEADER_BYTES..];
+    let (len, crc) = ((payload.len() as u32).to_le_bytes(), crc32fast::hash(payload).to_le_bytes());
+    out[header..header + 4].copy_from_slice(&len);
+    out[header + 4..header + RECORD_HEADER_BYTES].copy_from_slice(&crc);
 }
 
 fn encode_entries<'a>(entries: impl Iterator<Item = &'a Entry>) -> Vec<u8> {
-    let mut out = Vec::new();
+    // Most entries are a few hundred bytes: one allocation for a small batch.
+    let mut out = Vec::with_capacity(512);
     for entry in entries {
         frame(&mut out, &RecordOut::Entry(entry));
     }
@@ -730,6 +736,7 @@ mod legacy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::peer::codec::encode;
     use openraft::testing::{blank_ent, log_id};
     use openraft::type_config::TypeConfigExt;
 

@@ -88,10 +88,13 @@ fn settled(state: &MailboxState) -> Option<WaitOutcome> {
 }
 
 /// Hand `outcome` to every waiter of a mailbox.
-fn wake_all(waiters: Vec<oneshot::Sender<WaitOutcome>>, outcome: WaitOutcome) {
+fn wake_all(mut waiters: Vec<oneshot::Sender<WaitOutcome>>, outcome: WaitOutcome) {
+    // Usually one waiter: it gets the outcome itself, not a copy of the answer.
+    let Some(last) = waiters.pop() else { return };
     for waiter in waiters {
         let _ = waiter.send(outcome.clone());
     }
+    let _ = last.send(outcome);
 }
 
 /// The mailbox a wake-up is for and what its waiter gets; `None` for a task's.

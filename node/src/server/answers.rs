@@ -46,7 +46,7 @@ impl Server {
         };
         // Under the key that sealed the id, which its owner also bound the mailbox with.
         let tag = self.inner.rendezvous.sealer.session_tag_with(sealed_with, session.id.as_str());
-        match self.inner.rendezvous.mailbox.deliver(&key, tag, Some(addressee), message.to_value()).await {
+        match self.inner.rendezvous.mailbox.deliver(&key, tag, Some(addressee), message.into_value()).await {
             Ok(DeliverOutcome::Delivered) => {
                 tracing::debug!(%key, session = %session.id, node = self.node_id(), "client answer delivered");
                 metrics.answer_delivered();

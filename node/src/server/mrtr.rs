@@ -606,7 +606,7 @@ impl Registered {
             let _ = call.send(Outgoing::Message(Box::new(last)));
             return;
         };
-        let outcome = RoundOutcome { notifications: call.take().iter().map(Message::to_value).collect(), last: last.to_value() };
+        let outcome = RoundOutcome { notifications: call.take().into_iter().map(Message::into_value).collect(), last: last.into_value() };
         let text: Arc<str> = serde_json::to_string(&outcome).expect("outcomes serialize").into();
         self.call.outcome.set(round, text);
         self.outcome_pending.store(true, std::sync::atomic::Ordering::Release);
