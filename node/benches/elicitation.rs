@@ -10,8 +10,11 @@
 //!    and replication. Each row also gives the p50 of the three parts of a round trip.
 //! 2. One node with the in-memory store, hit directly and behind nginx; the same round trips
 //!    against rmcp 3.11's stateful Streamable HTTP server (the reference of `reference/rmcp.rs`,
-//!    in a process of its own); and a lone Raft node (durable, no replication). Clustered/single
-//!    and single/rmcp ratios in the summary.
+//!    in a process of its own); and a lone Raft node (durable, no replication). Then the
+//!    memory-store node, rmcp and the lone Raft node all up at once, measured in turns (five
+//!    rounds, each server a short window in every round): the summary's single/rmcp and
+//!    durable/memory ratios are the medians of the rounds' ratios, so the host's drift over
+//!    minutes does not enter them.
 //! 3. Memory per parked call: RSS (VmRSS) before and after parking 10,000 calls — each read up to
 //!    its `elicitation/create`, then its connection dropped (the handler stays parked) — on a fresh
 //!    memory-store node and on a fresh cluster's follower (all three members' RSS shown); then
@@ -664,18 +667,30 @@ async fn workload(http: &reqwest::Client, route: &Route, servers: &[u32]) -> Fig
 }
 
 async fn workload_on(http: &reqwest::Client, route: &Route, wire: Wire, servers: &[u32]) -> Figures {
+    workload_sized(http, route, wire, servers, (WARMUP, SEQUENTIAL, WINDOW)).await
+}
+
+/// [`workload_on`] with `warmup` and `sequential` round trips at one client, then `window` at
+/// [`CONCURRENCY`].
+async fn workload_sized(
+    http: &reqwest::Client,
+    route: &Route,
+    wire: Wire,
+    servers: &[u32],
+    (warmup, sequential, window): (usize, usize, Duration),
+) -> Figures {
     let session = open_session(http, wire, &route.calls[0]).await.expect("initialize");
     let mut cpu_at_start = Duration::ZERO;
     let (mut crossed, mut trips) = (0, 0);
-    let mut samples = Vec::with_capacity(SEQUENTIAL);
+    let mut samples = Vec::with_capacity(sequential);
     let mut phases: [Vec<Duration>; 3] = Default::default();
-    for i in 0..WARMUP + SEQUENTIAL {
-        if i == WARMUP {
+    for i in 0..warmup + sequential {
+        if i == warmup {
             cpu_at_start = cpu_time(servers);
         }
         let (call, answer) = route.pick(i);
         match trip(http, wire, call, answer, &session, i as u64 + 1).await {
-            Ok(trip) if i >= WARMUP => {
+            Ok(trip) if i >= warmup => {
                 samples.push(trip.elapsed);
                 for (k, d) in [trip.to_elicitation, trip.answer, trip.to_result].into_iter().enumerate() {
                     phases[k].push(d);
@@ -695,7 +710,7 @@ async fn workload_on(http: &reqwest::Client, route: &Route, wire: Wire, servers:
     });
 
     let sessions = futures::future::join_all((0..CONCURRENCY).map(|w| open_session(http, wire, route.pick(w).0))).await;
-    let stop = Instant::now() + WINDOW;
+    let stop = Instant::now() + window;
     let started = Instant::now();
     let cpu_at_start = cpu_time(servers);
     let mut under_load = Vec::new();
@@ -718,6 +733,39 @@ async fn workload_on(http: &reqwest::Client, route: &Route, wire: Wire, servers:
         trips,
         cpu_per_trip: [sequential_cpu, load_cpu],
     }
+}
+
+/// Rounds of [`in_turns`], each server one turn per round.
+const TURNS: usize = 5;
+/// One turn: this many round trips at one client (after a few to warm up), then this long at
+/// [`CONCURRENCY`].
+const TURN_SEQUENTIAL: usize = 200;
+const TURN_WINDOW: Duration = Duration::from_secs(2);
+
+/// The figures of each of `servers` (name, route, pids), measured in turns: round after round,
+/// each server in order for a short window. A shared host's speed drifts over minutes (here
+/// rmcp's own figures moved by 2x within one session), so a ratio of two figures taken minutes
+/// apart measures the drift as well; taken seconds apart, in every round, it does not.
+async fn in_turns(http: &reqwest::Client, servers: &[(&str, Route, Vec<u32>)]) -> Vec<Vec<Figures>> {
+    let mut figures: Vec<Vec<Figures>> = servers.iter().map(|_| Vec::new()).collect();
+    for _ in 0..TURNS {
+        for (i, (_, route, pids)) in servers.iter().enumerate() {
+            figures[i].push(workload_sized(http, route, Wire::Session, pids, (20, TURN_SEQUENTIAL, TURN_WINDOW)).await);
+        }
+    }
+    figures
+}
+
+/// The median of `ratios`.
+fn median(mut ratios: Vec<f64>) -> f64 {
+    ratios.sort_by(f64::total_cmp);
+    ratios.get(ratios.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// The rounds' ratios of `of` to `to` by `figure`, and their median.
+fn ratios(of: &[Figures], to: &[Figures], figure: impl Fn(&Figures) -> f64) -> (Vec<f64>, f64) {
+    let each: Vec<f64> = of.iter().zip(to).map(|(a, b)| figure(a) / figure(b)).collect();
+    (each.clone(), median(each))
 }
 
 fn ms(d: Duration) -> f64 {
@@ -1071,8 +1119,7 @@ fn main() {
 
         // 2. One node.
         let mut single = None;
-        let mut durable_single = None;
-        let mut reference = None;
+        let mut turns: Option<Vec<Vec<Figures>>> = None;
         if !memory_only {
             println!("\n2. one node");
             let dir = tempfile::tempdir().unwrap();
@@ -1099,13 +1146,36 @@ fn main() {
             let (mut rmcp, url) = start_rmcp_reference(&http, dir.path()).await;
             let f = workload(&http, &Route::one(&url), &[rmcp.pid()]).await;
             row("rmcp 3.11 stateful server, direct", &f);
-            reference = Some(f);
             rmcp.stop();
             let raft_dir = tempfile::tempdir().unwrap();
             let mut lone = start_raft(&http, raft_dir.path(), 1).await;
             let f = workload(&http, &Route::one(&lone[0].url()), &[lone[0].proc.pid()]).await;
             row("1-node Raft store (fsync), direct", &f);
-            durable_single = Some(f);
+            lone[0].proc.stop();
+
+            println!(
+                "\n2b. the ratios, from turns: the memory-store node, rmcp and the 1-node Raft store all up, each in turn, {TURNS} rounds ({TURN_SEQUENTIAL} round trips at 1 client, then {} s at {CONCURRENCY})",
+                TURN_WINDOW.as_secs()
+            );
+            let dir = tempfile::tempdir().unwrap();
+            let mut node = start_memory(&http, dir.path()).await;
+            let (mut rmcp, rmcp_url) = start_rmcp_reference(&http, dir.path()).await;
+            let raft_dir = tempfile::tempdir().unwrap();
+            let mut lone = start_raft(&http, raft_dir.path(), 1).await;
+            let servers = [
+                ("memory store", Route::one(&node.url()), vec![node.proc.pid()]),
+                ("rmcp 3.11", Route::one(&rmcp_url), vec![rmcp.pid()]),
+                ("1-node Raft store", Route::one(&lone[0].url()), vec![lone[0].proc.pid()]),
+            ];
+            let figures = in_turns(&http, &servers).await;
+            for ((name, ..), f) in servers.iter().zip(&figures) {
+                let rates: Vec<String> = f.iter().map(|f| format!("{:.0}", f.per_sec)).collect();
+                let p50s: Vec<String> = f.iter().map(|f| format!("{:.3}", ms(f.p50))).collect();
+                println!("  {name:<20} trips/s at {CONCURRENCY}: {:<40} p50 at 1 (ms): {}", rates.join(" "), p50s.join(" "));
+            }
+            turns = Some(figures);
+            node.proc.stop();
+            rmcp.stop();
             lone[0].proc.stop();
         }
 
@@ -1165,23 +1235,19 @@ fn main() {
             target("  server CPU per round trip at 64 clients (<= 0.5 ms)", format!("{many:.3} ms (x{:.2})", many / 0.5), many <= 0.5);
             target("  server CPU per round trip at 1 client (<= 1.5 ms)", format!("{one:.3} ms (x{:.2})", one / 1.5), one <= 1.5);
         }
-        if let (Some(d), Some(m)) = (&durable_single, &single) {
-            let ratio = d.per_sec / m.per_sec;
-            target("1 durable node / 1 memory node, trips/s at 64 (>= 0.8x)", format!("x{ratio:.2} ({:.0} vs {:.0})", d.per_sec, m.per_sec), ratio >= 0.8);
-        }
-        if let (Some(m), Some(r)) = (&single, &reference) {
+        // The ratios from the turns (see `in_turns`); the rows of section 2 were minutes apart.
+        if let Some([memory, rmcp, durable]) = turns.as_deref() {
+            let shown = |each: &[f64]| each.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(" ");
+            let (each, ratio) = ratios(durable, memory, |f| f.per_sec);
+            target("1 durable node / 1 memory node, trips/s at 64 (>= 0.8x)", format!("x{ratio:.2} (rounds {})", shown(&each)), ratio >= 0.8);
             // At one client the rate is the inverse of the latency.
-            let one = r.p50.as_secs_f64() / m.p50.as_secs_f64();
-            target("1 memory node / rmcp 3.11 stateful server, at 1 client (>= 1.0x)", format!("x{one:.2} (p50 {:.3} vs {:.3} ms)", ms(m.p50), ms(r.p50)), one >= 1.0);
-            let many = m.per_sec / r.per_sec;
-            target("1 memory node / rmcp 3.11, trips/s at 64 clients (>= 1.0x)", format!("x{many:.2} ({:.0} vs {:.0})", m.per_sec, r.per_sec), many >= 1.0);
+            let (each, one) = ratios(rmcp, memory, |f| f.p50.as_secs_f64());
+            target("1 memory node / rmcp 3.11 stateful server, at 1 client (>= 1.0x)", format!("x{one:.2} (rounds {})", shown(&each)), one >= 1.0);
+            let (each, many) = ratios(memory, rmcp, |f| f.per_sec);
+            target("1 memory node / rmcp 3.11, trips/s at 64 clients (>= 1.0x)", format!("x{many:.2} (rounds {})", shown(&each)), many >= 1.0);
             for (k, clients) in [(0, 1), (1, CONCURRENCY)] {
-                let (ours, theirs) = (ms(m.cpu_per_trip[k]), ms(r.cpu_per_trip[k]));
-                target(
-                    &format!("  CPU per round trip at {clients} client(s) (<= rmcp's)"),
-                    format!("{ours:.3} vs {theirs:.3} ms (x{:.2})", ours / theirs),
-                    ours <= theirs,
-                );
+                let (each, cpu) = ratios(memory, rmcp, |f| f.cpu_per_trip[k].as_secs_f64());
+                target(&format!("  CPU per round trip at {clients} client(s) (<= rmcp's)"), format!("x{cpu:.2} (rounds {})", shown(&each)), cpu <= 1.0);
             }
         }
         if let Some(kb) = cluster_park {
