@@ -180,11 +180,29 @@ impl ToolDef {
     }
 
     /// Validate the arguments, run the handler, check structured output.
-    pub(crate) async fn call(&self, ctx: RequestContext, arguments: Value) -> HandlerResult<CallToolResult> {
-        if let Some(errors) = validation_errors(&self.input_validator, &arguments) {
-            return Err(HandlerError::new(format!("invalid arguments for tool {}: {errors}", self.name)));
+    /// Check the arguments and start the handler; the future checks what it returns. Built
+    /// here rather than in an `async fn`, whose future would keep its arguments (the context
+    /// and the arguments, moved into the handler) for as long as the call is parked.
+    pub(crate) fn call(
+        self: &Arc<Self>,
+        ctx: RequestContext,
+        arguments: Value,
+    ) -> impl Future<Output = HandlerResult<CallToolResult>> + Send + 'static {
+        let running: BoxFuture<'static, HandlerResult<CallToolResult>> = match validation_errors(&self.input_validator, &arguments) {
+            Some(errors) => {
+                let refused = HandlerError::new(format!("invalid arguments for tool {}: {errors}", self.name));
+                Box::pin(std::future::ready(Err(refused)))
+            }
+            None => (self.handler)(ctx, arguments),
+        };
+        let tool = self.clone();
+        async move {
+            let result = running.await?;
+            tool.check_output(result)
         }
-        let result = (self.handler)(ctx, arguments).await?;
+    }
+
+    fn check_output(&self, result: CallToolResult) -> HandlerResult<CallToolResult> {
         if let (Some(validator), false) = (&self.output_validator, result.is_error) {
             let Some(structured) = &result.structured_content else {
                 return Err(HandlerError::new(format!("tool {} declares an output schema but returned no structured content", self.name)));

@@ -1,43 +1,94 @@
 //! Answering each client method: lists, tool calls, prompts, resources, completions, logging.
 
+use super::definitions::ToolDef;
 use super::handle::{Server, store_error};
 use super::{HandlerError, RequestContext, paginate};
 use crate::protocol::jsonrpc::{ErrorObject, INVALID_PARAMS, LIMIT_REACHED, RESOURCE_NOT_FOUND};
 use crate::protocol::types::{CallToolResult, LogLevel};
 use crate::session::{LimitReached, SessionError, SubscriptionLimits};
+use futures::future::{BoxFuture, Either};
 use serde_json::{Map, Value, json};
+use std::future::{Future, IntoFuture, Ready};
+use std::sync::Arc;
+
+/// What a method needs: its answer, at once, or a handler to run. Only the handler's future is
+/// kept while a call runs (possibly parked for minutes), not the request it came in nor any
+/// other method's state; `.await` it for the answer.
+pub(crate) enum Dispatched {
+    Ready(Result<Value, ErrorObject>),
+    Running(BoxFuture<'static, Result<Value, ErrorObject>>),
+}
+
+impl Dispatched {
+    fn running(work: impl Future<Output = Result<Value, ErrorObject>> + Send + 'static) -> Self {
+        Dispatched::Running(Box::pin(work))
+    }
+}
+
+impl From<Result<Value, ErrorObject>> for Dispatched {
+    fn from(answer: Result<Value, ErrorObject>) -> Self {
+        Dispatched::Ready(answer)
+    }
+}
+
+impl IntoFuture for Dispatched {
+    type Output = Result<Value, ErrorObject>;
+    type IntoFuture = Either<Ready<Self::Output>, BoxFuture<'static, Self::Output>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        match self {
+            Dispatched::Ready(answer) => Either::Left(std::future::ready(answer)),
+            Dispatched::Running(work) => Either::Right(work),
+        }
+    }
+}
 
 impl Server {
-    /// Arms that run a handler drop `params` first: a handler may park for minutes, and the
-    /// request it came in needn't stay in memory meanwhile.
-    pub(super) async fn dispatch(&self, ctx: RequestContext, method: &str, mut params: Value) -> Result<Value, ErrorObject> {
-        let cursor = params.get("cursor").and_then(Value::as_str).map(str::to_owned);
+    /// Answer `method` or start its handler. A handler gets what it needs moved in (a tool's
+    /// arguments, not the whole params).
+    pub(super) fn dispatch(&self, ctx: RequestContext, method: &str, mut params: Value) -> Dispatched {
         let page_size = self.inner.config.page_size;
+        let cursor = || params.get("cursor").and_then(Value::as_str);
         match method {
-            "ping" => Ok(json!({})),
-            "initialize" => Err(ErrorObject::new(crate::protocol::jsonrpc::INVALID_REQUEST, "the session is already initialized")),
+            "ping" => Ok(json!({})).into(),
+            "initialize" => Err(ErrorObject::new(crate::protocol::jsonrpc::INVALID_REQUEST, "the session is already initialized")).into(),
             "tools/list" => {
                 let defs: Vec<Value> = self.inner.offerings.read().unwrap().tools.iter().map(|t| t.definition()).collect();
-                let (page, next) = paginate(&defs, cursor.as_deref(), page_size)?;
-                Ok(with_cursor(json!({"tools": page}), next))
+                paginate(&defs, cursor(), page_size).map(|(page, next)| with_cursor(json!({"tools": page}), next)).into()
             }
-            "tools/call" => self.call_tool(ctx, params).await,
+            "tools/call" => match self.tool_call(&mut params) {
+                Ok((tool, arguments)) => {
+                    let call = tool.call(ctx, arguments);
+                    Dispatched::running(async move {
+                        let result = match call.await {
+                            Ok(result) => result,
+                            Err(HandlerError { rpc: Some(error), .. }) => return Err(error),
+                            Err(e) => CallToolResult::error(e.message),
+                        };
+                        Ok(serde_json::to_value(result).expect("results serialize"))
+                    })
+                }
+                Err(error) => Err(error).into(),
+            },
             "prompts/list" => {
                 let defs: Vec<Value> = self.inner.offerings.read().unwrap().prompts.iter().map(|p| p.definition()).collect();
-                let (page, next) = paginate(&defs, cursor.as_deref(), page_size)?;
-                Ok(with_cursor(json!({"prompts": page}), next))
+                paginate(&defs, cursor(), page_size).map(|(page, next)| with_cursor(json!({"prompts": page}), next)).into()
             }
             "prompts/get" => {
-                let name = required_str(&params, "name")?;
+                let name = match required_str(&params, "name") {
+                    Ok(name) => name,
+                    Err(error) => return Err(error).into(),
+                };
                 let prompt = self.inner.offerings.read().unwrap().prompts.iter().find(|p| p.name == name).cloned();
-                let prompt = prompt.ok_or_else(|| ErrorObject::invalid_params(format!("unknown prompt: {name}")))?;
+                let Some(prompt) = prompt else { return Err(ErrorObject::invalid_params(format!("unknown prompt: {name}"))).into() };
                 let args = match params.get_mut("arguments").map(Value::take) {
                     Some(Value::Object(args)) => args,
                     _ => Map::new(),
                 };
-                drop(params);
-                let result = prompt.get(ctx, args).await.map_err(handler_error)?;
-                Ok(serde_json::to_value(result).expect("results serialize"))
+                Dispatched::running(async move {
+                    let result = prompt.get(ctx, args).await.map_err(handler_error)?;
+                    Ok(serde_json::to_value(result).expect("results serialize"))
+                })
             }
             "resources/list" | "resources/templates/list" => {
                 let templates = method == "resources/templates/list";
@@ -51,37 +102,65 @@ impl Server {
                     .filter(|r| r.is_template == templates)
                     .map(|r| r.definition())
                     .collect();
-                let (page, next) = paginate(&defs, cursor.as_deref(), page_size)?;
                 let key = if templates { "resourceTemplates" } else { "resources" };
-                Ok(with_cursor(json!({ key: page }), next))
+                paginate(&defs, cursor(), page_size).map(|(page, next)| with_cursor(json!({ key: page }), next)).into()
             }
             "resources/read" => {
-                let uri = required_str(&params, "uri")?.to_string();
+                let uri = match required_str(&params, "uri") {
+                    Ok(uri) => uri.to_string(),
+                    Err(error) => return Err(error).into(),
+                };
                 let found = self.inner.offerings.read().unwrap().resources.iter().find_map(|r| r.matches(&uri).map(|v| (r.clone(), v)));
                 let Some((resource, vars)) = found else {
-                    return Err(ErrorObject::new(RESOURCE_NOT_FOUND, format!("resource not found: {uri}")).with_data(json!({"uri": uri})));
+                    let missing = ErrorObject::new(RESOURCE_NOT_FOUND, format!("resource not found: {uri}")).with_data(json!({"uri": uri}));
+                    return Err(missing).into();
                 };
-                drop(params);
-                let contents = resource.read(ctx, uri, vars).await.map_err(handler_error)?;
-                Ok(json!({"contents": contents}))
+                Dispatched::running(async move {
+                    let contents = resource.read(ctx, uri, vars).await.map_err(handler_error)?;
+                    Ok(json!({"contents": contents}))
+                })
             }
             "resources/subscribe" | "resources/unsubscribe" => {
-                let uri = required_str(&params, "uri")?;
+                let uri = match required_str(&params, "uri") {
+                    Ok(uri) => uri.to_string(),
+                    Err(error) => return Err(error).into(),
+                };
                 let subscribe = method == "resources/subscribe";
-                self.set_subscription(&ctx, uri, subscribe).await?;
-                Ok(json!({}))
+                let server = self.clone();
+                Dispatched::running(async move {
+                    server.set_subscription(&ctx, &uri, subscribe).await?;
+                    Ok(json!({}))
+                })
             }
-            "completion/complete" => self.complete(&params),
+            "completion/complete" => self.complete(&params).into(),
             "logging/setLevel" => {
-                let level: LogLevel = serde_json::from_value(params.get("level").cloned().unwrap_or(Value::Null))
-                    .map_err(|e| ErrorObject::invalid_params(format!("invalid level: {e}")))?;
-                let session = ctx.session().ok_or_else(|| ErrorObject::method_not_found(method))?;
-                *self.local(&session.id).log_level.lock().unwrap() = Some(level);
-                self.inner.sessions.set_log_level(&session.id, level).await.map_err(store_error)?;
-                Ok(json!({}))
+                let level: LogLevel = match serde_json::from_value(params.get("level").cloned().unwrap_or(Value::Null)) {
+                    Ok(level) => level,
+                    Err(e) => return Err(ErrorObject::invalid_params(format!("invalid level: {e}"))).into(),
+                };
+                let Some(session) = ctx.session().map(|s| s.id.clone()) else { return Err(ErrorObject::method_not_found(method)).into() };
+                *self.local(&session).log_level.lock().unwrap() = Some(level);
+                let server = self.clone();
+                Dispatched::running(async move {
+                    server.inner.sessions.set_log_level(&session, level).await.map_err(store_error)?;
+                    Ok(json!({}))
+                })
             }
-            other => Err(ErrorObject::method_not_found(other)),
+            other => Err(ErrorObject::method_not_found(other)).into(),
         }
+    }
+
+    /// The tool a `tools/call` names and its arguments (taken out of `params`).
+    fn tool_call(&self, params: &mut Value) -> Result<(Arc<ToolDef>, Value), ErrorObject> {
+        let name = required_str(params, "name")?;
+        let tool = self.inner.offerings.read().unwrap().tools.iter().find(|t| t.name == name).cloned();
+        let tool = tool.ok_or_else(|| ErrorObject::invalid_params(format!("Unknown tool: {name}")))?;
+        let arguments = match params.get_mut("arguments").map(Value::take) {
+            None | Some(Value::Null) => json!({}),
+            Some(args @ Value::Object(_)) => args,
+            Some(_) => return Err(ErrorObject::invalid_params("arguments must be an object")),
+        };
+        Ok((tool, arguments))
     }
 
     /// Subscriptions are kept in the session record, so the replica holding the stream knows.
@@ -114,25 +193,6 @@ impl Server {
             }
             Err(e) => Err(store_error(e)),
         }
-    }
-
-    async fn call_tool(&self, ctx: RequestContext, mut params: Value) -> Result<Value, ErrorObject> {
-        let name = required_str(&params, "name")?;
-        let tool = self.inner.offerings.read().unwrap().tools.iter().find(|t| t.name == name).cloned();
-        let tool = tool.ok_or_else(|| ErrorObject::invalid_params(format!("Unknown tool: {name}")))?;
-        let arguments = match params.get_mut("arguments").map(Value::take) {
-            None | Some(Value::Null) => json!({}),
-            Some(args @ Value::Object(_)) => args,
-            Some(_) => return Err(ErrorObject::invalid_params("arguments must be an object")),
-        };
-        // Only the arguments go on (see `dispatch`).
-        drop(params);
-        let result = match tool.call(ctx, arguments).await {
-            Ok(result) => result,
-            Err(HandlerError { rpc: Some(error), .. }) => return Err(error),
-            Err(e) => CallToolResult::error(e.message),
-        };
-        Ok(serde_json::to_value(result).expect("results serialize"))
     }
 
     fn complete(&self, params: &Value) -> Result<Value, ErrorObject> {

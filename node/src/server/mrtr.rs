@@ -198,7 +198,7 @@ impl Server {
         }
         let ctx = self.modern_context(call.clone(), &id, Outbound::from(call.clone()), &cancel);
         let outcomes = Registered::open(&self, call_id, &call);
-        let mut handler = std::pin::pin!(self.dispatch(ctx, method, params));
+        let mut handler = std::pin::pin!(std::future::IntoFuture::into_future(self.dispatch(ctx, method, params)));
         // Where the current round's outcome goes: the first request's stream (`None`), or the
         // replica serving the retry that answered round `n` (`Some(n)`).
         let mut answered: Option<u32> = None;

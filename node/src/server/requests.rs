@@ -3,6 +3,7 @@
 //! relayed from the replica it reached.
 
 use super::context::{Caller, RequestContext, RequestScope};
+use super::dispatch::Dispatched;
 use super::handle::Server;
 use super::local::LocalSession;
 use super::outbound::{Outbound, Outgoing};
@@ -32,6 +33,15 @@ impl Drop for Admitted {
         self.local.in_flight.fetch_sub(1, Ordering::AcqRel);
         self.server.inner.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// Send a request's answer on its outbound.
+fn respond(ctx: &RequestContext, id: RequestId, answer: Result<Value, ErrorObject>) {
+    let message = match answer {
+        Ok(result) => Message::response(id, result),
+        Err(error) => Message::error(Some(id), error),
+    };
+    let _ = ctx.out().send(Outgoing::Message(Box::new(message)));
 }
 
 /// A place among the node's running requests, given back when the request ends.
@@ -82,7 +92,6 @@ impl Server {
     /// Beyond the session's or the node's limit of running requests (parked calls count), the
     /// request is answered with a -32000 error at once and nothing runs.
     pub fn spawn_request(&self, session: Arc<SessionRecord>, id: RequestId, method: String, params: Option<Value>, out: Outbound) {
-        let server = self.clone();
         let local = self.local(&session.id);
         let admitted = match self.admit(&local) {
             Ok(admitted) => admitted,
@@ -94,34 +103,37 @@ impl Server {
             }
         };
         let cancel = CancellationToken::new();
-        local.running.lock().unwrap().insert(id.clone(), cancel.clone());
         let progress_token = params.as_ref().and_then(|p| p.pointer("/_meta/progressToken")).cloned();
         let ctx = RequestContext::new(RequestScope {
             rendezvous: self.inner.rendezvous.clone(),
             caller: Caller::Session { local: local.clone(), record: session, progress_token },
             request_id: id.clone(),
             out,
-            cancel,
+            cancel: cancel.clone(),
         });
+        let work = match self.dispatch(ctx.clone(), &method, params.unwrap_or_else(|| json!({}))) {
+            Dispatched::Ready(answer) => {
+                drop(admitted);
+                return respond(&ctx, id, answer);
+            }
+            Dispatched::Running(work) => work,
+        };
+        local.running.lock().unwrap().insert(id.clone(), cancel);
+        // The task keeps the handler's future and what it answers with, nothing of the request.
         tokio::spawn(async move {
             // Biased: once the client cancelled, no response goes out even if the handler
             // finished in the same instant.
-            let response = tokio::select! {
+            let answer = tokio::select! {
                 biased;
                 _ = ctx.cancelled() => None,
-                r = server.dispatch(ctx.clone(), &method, params.unwrap_or_else(|| json!({}))) => Some(r),
+                answer = work => Some(answer),
             };
-            local.running.lock().unwrap().remove(&id);
+            admitted.local.running.lock().unwrap().remove(&id);
             // Its places are free before the client can see the response (if the task is
             // dropped instead, with the runtime, they go with it).
             drop(admitted);
-            match response {
-                Some(Ok(result)) => {
-                    let _ = ctx.out().send(Outgoing::Message(Box::new(Message::response(id, result))));
-                }
-                Some(Err(error)) => {
-                    let _ = ctx.out().send(Outgoing::Message(Box::new(Message::error(Some(id), error))));
-                }
+            match answer {
+                Some(answer) => respond(&ctx, id, answer),
                 None => tracing::debug!(request = %id, "request cancelled by the client"),
             }
         });
