@@ -34,6 +34,7 @@ pub mod transport;
 mod cli;
 mod clock;
 mod dev;
+mod id128;
 mod tasks;
 
 #[cfg(feature = "testing")]

@@ -14,6 +14,7 @@ mod memory;
 
 pub use memory::InMemoryMailbox;
 
+use crate::id128::Id128;
 use async_trait::async_trait;
 use futures::FutureExt;
 use futures::future::{BoxFuture, MaybeDone, maybe_done};
@@ -37,7 +38,7 @@ pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// another session. Written as 32 hex digits (in logs, the Raft log and snapshots); text that
 /// is not exactly that is refused when parsed, so every key can be sealed.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct MailboxKey(u128);
+pub struct MailboxKey(Id128);
 
 /// Text that is not a mailbox key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -47,15 +48,15 @@ pub struct InvalidMailboxKey(pub String);
 impl MailboxKey {
     /// A fresh random key.
     pub fn random() -> Self {
-        MailboxKey(rand::random::<u128>())
+        MailboxKey(Id128::random())
     }
 
     pub fn from_bits(bits: u128) -> Self {
-        MailboxKey(bits)
+        MailboxKey(Id128::from_bits(bits))
     }
 
     pub fn bits(&self) -> u128 {
-        self.0
+        self.0.bits()
     }
 }
 
@@ -63,16 +64,13 @@ impl std::str::FromStr for MailboxKey {
     type Err = InvalidMailboxKey;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        if text.len() != 32 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(InvalidMailboxKey(text.chars().take(64).collect()));
-        }
-        u128::from_str_radix(text, 16).map(MailboxKey).map_err(|_| InvalidMailboxKey(text.into()))
+        Id128::parse(text).map(MailboxKey).ok_or_else(|| InvalidMailboxKey(text.chars().take(64).collect()))
     }
 }
 
 impl fmt::Display for MailboxKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:032x}", self.0)
+        fmt::Display::fmt(&self.0, f)
     }
 }
 

@@ -14,6 +14,7 @@ pub mod table;
 pub use memory::InMemoryTaskStore;
 
 use crate::clock::Millis;
+use crate::id128::Id128;
 use crate::mailbox::{BoxError, NodeId};
 use crate::protocol::json_text::JsonText;
 use async_trait::async_trait;
@@ -27,20 +28,20 @@ use tokio::sync::mpsc;
 /// A task's id: 128 random bits (unguessable: there is no `tasks/list`, and knowing an id is
 /// what lets a client read or cancel the task), written as 32 hex digits.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TaskId(u128);
+pub struct TaskId(Id128);
 
 impl TaskId {
     pub fn random() -> Self {
-        TaskId(rand::random())
+        TaskId(Id128::random())
     }
     pub fn from_bits(bits: u128) -> Self {
-        TaskId(bits)
+        TaskId(Id128::from_bits(bits))
     }
 }
 
 impl fmt::Display for TaskId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:032x}", self.0)
+        fmt::Display::fmt(&self.0, f)
     }
 }
 
@@ -53,10 +54,7 @@ impl fmt::Debug for TaskId {
 impl std::str::FromStr for TaskId {
     type Err = ();
     fn from_str(text: &str) -> Result<Self, ()> {
-        if text.len() != 32 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(());
-        }
-        u128::from_str_radix(text, 16).map(TaskId).map_err(drop)
+        Id128::parse(text).map(TaskId).ok_or(())
     }
 }
 
