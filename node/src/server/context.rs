@@ -405,30 +405,23 @@ impl RequestContext {
     fn await_answer<'a>(&'a self, mut sent: SentRequest<'a>) -> impl Future<Output = Result<Value, ClientRequestError>> + Send + 'a {
         async move {
             let server = &self.scope.rendezvous;
-            let parked = async {
-                if let Err(e) = sent.created.settled().await {
-                    // Told, so it stops waiting for an answer no one will take.
-                    let reason = format!("the server could not park this {}: {e}", sent.kind);
-                    let _ = self.send(Message::notification("notifications/cancelled", json!({"requestId": sent.id, "reason": reason})));
-                    return Err(e);
-                }
-                server.mailbox.wait(&sent.key, sent.timeout.saturating_sub(sent.started.elapsed())).await
+            // The create settles first, then the answer is awaited: two selects rather than
+            // one over both steps, so a parked call's future holds the wait alone.
+            let settled = tokio::select! {
+                settled = sent.created.settled() => settled,
+                _ = self.scope.cancel.cancelled() => return Box::pin(self.give_up(&mut sent, ClientRequestError::Cancelled)).await,
+                () = server.stopping.cancelled() => return Box::pin(self.give_up(&mut sent, ClientRequestError::NodeStopping)).await,
             };
+            if let Err(e) = settled {
+                // Told, so it stops waiting for an answer no one will take.
+                let reason = format!("the server could not park this {}: {e}", sent.kind);
+                let _ = self.send(Message::notification("notifications/cancelled", json!({"requestId": sent.id, "reason": reason})));
+                return Err(e.into());
+            }
             let outcome = tokio::select! {
-                outcome = parked => outcome?,
-                _ = self.scope.cancel.cancelled() => {
-                    sent.created.settled().await?;
-                    server.mailbox.delete(&sent.key).await?;
-                    return Err(ClientRequestError::Cancelled);
-                }
-                () = server.stopping.cancelled() => {
-                    let reason = "the server replica running this call is shutting down";
-                    let _ = self.send(Message::notification("notifications/cancelled", json!({"requestId": sent.id, "reason": reason})));
-                    // A late answer is told the request is gone rather than parked for no one.
-                    sent.created.settled().await?;
-                    server.mailbox.delete(&sent.key).await?;
-                    return Err(ClientRequestError::NodeStopping);
-                }
+                outcome = server.mailbox.wait(&sent.key, sent.timeout.saturating_sub(sent.started.elapsed())) => outcome?,
+                _ = self.scope.cancel.cancelled() => return Box::pin(self.give_up(&mut sent, ClientRequestError::Cancelled)).await,
+                () = server.stopping.cancelled() => return Box::pin(self.give_up(&mut sent, ClientRequestError::NodeStopping)).await,
             };
             server.metrics.observe_wait(sent.kind, sent.started.elapsed());
             match outcome {
@@ -456,6 +449,19 @@ impl RequestContext {
                 WaitOutcome::Deleted | WaitOutcome::NotFound => Err(ClientRequestError::Cancelled),
             }
         }
+    }
+
+    /// Give a sent request up (`why`: cancelled, or the node stops): the client is told when
+    /// the node stops, and the mailbox is deleted once its create has settled, so a late
+    /// answer is told the request is gone rather than parked for no one.
+    async fn give_up(&self, sent: &mut SentRequest<'_>, why: ClientRequestError) -> Result<Value, ClientRequestError> {
+        if matches!(why, ClientRequestError::NodeStopping) {
+            let reason = "the server replica running this call is shutting down";
+            let _ = self.send(Message::notification("notifications/cancelled", json!({"requestId": sent.id, "reason": reason})));
+        }
+        sent.created.settled().await?;
+        self.scope.rendezvous.mailbox.delete(&sent.key).await?;
+        Err(why)
     }
 }
 

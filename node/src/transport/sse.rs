@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, mpsc};
 
 struct LogState {
-    /// `(seq, data)`; `None` data is the priming event.
-    events: VecDeque<(u64, Option<String>)>,
+    /// `(seq, data)`; `None` data is the priming event. Boxed text: kept for as long as the
+    /// stream can be resumed, without spare capacity.
+    events: VecDeque<(u64, Option<Box<str>>)>,
     next_seq: u64,
     /// When the producer finished; the stream stays resumable for the stream logs' retention.
     closed_at: Option<Instant>,
@@ -55,7 +56,8 @@ impl EventLog {
         closings: Closings,
         priming: bool,
     ) -> Arc<Self> {
-        let mut events = VecDeque::new();
+        // Room for the priming event and one more: a parked call's stream holds its request.
+        let mut events = VecDeque::with_capacity(2);
         if priming {
             events.push_back((0, None));
         }
@@ -74,9 +76,7 @@ impl EventLog {
     }
 
     pub fn push(&self, message: &Message) {
-        // Kept for as long as the stream can be resumed: without spare capacity.
-        let mut data = message.to_json();
-        data.shrink_to_fit();
+        let data = message.to_json().into_boxed_str();
         let mut state = self.state.lock().unwrap();
         let seq = state.next_seq;
         state.next_seq += 1;
@@ -362,7 +362,7 @@ mod tests {
     }
 
     fn logged(log: &EventLog) -> Vec<String> {
-        log.state.lock().unwrap().events.iter().filter_map(|(_, data)| data.clone()).collect()
+        log.state.lock().unwrap().events.iter().filter_map(|(_, data)| data.as_deref().map(str::to_owned)).collect()
     }
 
     #[test]
