@@ -20,6 +20,8 @@ use crate::protocol::types::{
     RequestKind,
 };
 use crate::session::SessionRecord;
+use futures::FutureExt;
+use futures::future::Either;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -206,22 +208,67 @@ impl RequestContext {
 
     /// Ask the user to fill a form (`elicitation/create`, form mode). `requested_schema` must be a
     /// flat object of primitive fields. Accepted content is validated against it.
-    pub async fn elicit(&self, message: impl Into<String>, requested_schema: Value) -> Result<ElicitResult, ClientRequestError> {
-        self.elicit_keyed(None, message.into(), requested_schema).await
+    pub fn elicit(
+        &self,
+        message: impl Into<String>,
+        requested_schema: Value,
+    ) -> impl Future<Output = Result<ElicitResult, ClientRequestError>> + Send + '_ {
+        self.elicit_keyed(None, message.into(), requested_schema)
     }
 
     /// [`elicit`](Self::elicit) under the input-request key `key` (2026-07-28 clients see it in
     /// `inputRequests` and answer under it; a legacy session never sees it).
-    pub async fn elicit_as(
-        &self,
-        key: &str,
+    pub fn elicit_as<'a>(
+        &'a self,
+        key: &'a str,
         message: impl Into<String>,
         requested_schema: Value,
-    ) -> Result<ElicitResult, ClientRequestError> {
-        self.elicit_keyed(Some(key), message.into(), requested_schema).await
+    ) -> impl Future<Output = Result<ElicitResult, ClientRequestError>> + Send + 'a {
+        self.elicit_keyed(Some(key), message.into(), requested_schema)
     }
 
-    async fn elicit_keyed(&self, key: Option<&str>, message: String, requested_schema: Value) -> Result<ElicitResult, ClientRequestError> {
+    /// Checked and started before its future (see [`ask`](Self::ask)): the future keeps the
+    /// validator and the question, not the message and schema it was built from.
+    fn elicit_keyed<'a>(
+        &'a self,
+        key: Option<&'a str>,
+        message: String,
+        requested_schema: Value,
+    ) -> impl Future<Output = Result<ElicitResult, ClientRequestError>> + Send + 'a {
+        match self.elicitation(key, message, requested_schema) {
+            // A combinator, not an `async` block: that would keep the question twice (as
+            // captured, and as awaited).
+            Ok((validator, ask)) => Either::Left(ask.map(move |answer| self.elicit_result(answer?, &validator))),
+            Err(refused) => Either::Right(Box::pin(std::future::ready(Err(refused)))),
+        }
+    }
+
+    /// The client's answer to a form elicitation, checked against the requested schema.
+    fn elicit_result(&self, answer: Value, validator: &jsonschema::Validator) -> Result<ElicitResult, ClientRequestError> {
+        let result: ElicitResult = serde_json::from_value(answer).map_err(|e| ClientRequestError::MalformedAnswer(e.to_string()))?;
+        if result.action == ElicitAction::Accept {
+            let content = Value::Object(result.content.clone().unwrap_or_default());
+            if let Some(errors) = validation_errors(validator, &content) {
+                // A 2026-07-28 client sent it as a request parameter: invalid params.
+                if let Caller::Modern(call) = &self.scope.caller {
+                    call.fail(ErrorObject::invalid_params(format!(
+                        "accepted elicitation content does not match the requested schema: {errors}"
+                    )));
+                }
+                return Err(ClientRequestError::InvalidContent(errors));
+            }
+        }
+        Ok(result)
+    }
+
+    /// The checks of a form elicitation, and its question on its way.
+    #[allow(clippy::type_complexity)]
+    fn elicitation<'a>(
+        &'a self,
+        key: Option<&'a str>,
+        message: String,
+        requested_schema: Value,
+    ) -> Result<(Arc<jsonschema::Validator>, impl Future<Output = Result<Value, ClientRequestError>> + Send + 'a), ClientRequestError> {
         self.require(self.capabilities().elicitation_form, "elicitation", json!({"elicitation": {}}))?;
         check_flat_schema(&requested_schema)?;
         // Compiled before asking, to refuse a bad schema; shared with every call that asks with
@@ -234,21 +281,7 @@ impl RequestContext {
         if self.protocol_version() >= ProtocolVersion::V2025_11_25 {
             params.insert("mode".into(), json!("form"));
         }
-        let answer = self.ask(key, RequestKind::Elicitation, "elicitation/create", Value::Object(params)).await?;
-        let result: ElicitResult = serde_json::from_value(answer).map_err(|e| ClientRequestError::MalformedAnswer(e.to_string()))?;
-        if result.action == ElicitAction::Accept {
-            let content = Value::Object(result.content.clone().unwrap_or_default());
-            if let Some(errors) = validation_errors(&validator, &content) {
-                // A 2026-07-28 client sent it as a request parameter: invalid params.
-                if let Caller::Modern(call) = &self.scope.caller {
-                    call.fail(ErrorObject::invalid_params(format!(
-                        "accepted elicitation content does not match the requested schema: {errors}"
-                    )));
-                }
-                return Err(ClientRequestError::InvalidContent(errors));
-            }
-        }
-        Ok(result)
+        Ok((validator, self.ask(key, RequestKind::Elicitation, "elicitation/create", Value::Object(params))))
     }
 
     /// Send the user to a URL (`elicitation/create`, URL mode, 2025-11-25). The 2026-07-28 wire
@@ -277,24 +310,47 @@ impl RequestContext {
     }
 
     /// Ask the client's LLM for a completion (`sampling/createMessage`).
-    pub async fn sample(&self, params: CreateMessageParams) -> Result<CreateMessageResult, ClientRequestError> {
-        self.sample_keyed(None, params).await
+    pub fn sample(&self, params: CreateMessageParams) -> impl Future<Output = Result<CreateMessageResult, ClientRequestError>> + Send + '_ {
+        self.sample_keyed(None, params)
     }
 
     /// [`sample`](Self::sample) under the input-request key `key` (see [`elicit_as`](Self::elicit_as)).
-    pub async fn sample_as(&self, key: &str, params: CreateMessageParams) -> Result<CreateMessageResult, ClientRequestError> {
-        self.sample_keyed(Some(key), params).await
+    pub fn sample_as<'a>(
+        &'a self,
+        key: &'a str,
+        params: CreateMessageParams,
+    ) -> impl Future<Output = Result<CreateMessageResult, ClientRequestError>> + Send + 'a {
+        self.sample_keyed(Some(key), params)
     }
 
-    async fn sample_keyed(&self, key: Option<&str>, params: CreateMessageParams) -> Result<CreateMessageResult, ClientRequestError> {
+    /// Checked and started before its future (see [`ask`](Self::ask)).
+    fn sample_keyed<'a>(
+        &'a self,
+        key: Option<&'a str>,
+        params: CreateMessageParams,
+    ) -> impl Future<Output = Result<CreateMessageResult, ClientRequestError>> + Send + 'a {
+        match self.sampling(key, params) {
+            // A combinator, as for an elicitation.
+            Ok(ask) => Either::Left(
+                ask.map(|answer| serde_json::from_value(answer?).map_err(|e| ClientRequestError::MalformedAnswer(e.to_string()))),
+            ),
+            Err(refused) => Either::Right(Box::pin(std::future::ready(Err(refused)))),
+        }
+    }
+
+    /// The checks of a sampling request, and its question on its way.
+    fn sampling<'a>(
+        &'a self,
+        key: Option<&'a str>,
+        params: CreateMessageParams,
+    ) -> Result<impl Future<Output = Result<Value, ClientRequestError>> + Send + 'a, ClientRequestError> {
         let capabilities = self.capabilities();
         self.require(capabilities.sampling, "sampling", json!({"sampling": {}}))?;
         if params.tools.is_some() {
             self.require(capabilities.sampling_tools, "sampling.tools", json!({"sampling": {"tools": {}}}))?;
         }
         let params = serde_json::to_value(params).expect("params serialize");
-        let answer = self.ask(key, RequestKind::Sampling, "sampling/createMessage", params).await?;
-        serde_json::from_value(answer).map_err(|e| ClientRequestError::MalformedAnswer(e.to_string()))
+        Ok(self.ask(key, RequestKind::Sampling, "sampling/createMessage", params))
     }
 
     /// Ask the client for its roots (`roots/list`).
@@ -315,16 +371,27 @@ impl RequestContext {
 
     /// Put a question to the client and wait for its answer (the `result` member): a request
     /// on the session's stream (legacy), or an input request of this round (2026-07-28).
-    async fn ask(&self, key: Option<&str>, kind: RequestKind, method: &str, params: Value) -> Result<Value, ClientRequestError> {
-        // Each path boxed: a parked call's future makes no room for the other one's state.
+    ///
+    /// Each step boxed and started here rather than in an `async fn`, whose future would keep
+    /// the arguments (the question's params among them) and both paths' state while parked.
+    fn ask<'a>(
+        &'a self,
+        key: Option<&'a str>,
+        kind: RequestKind,
+        method: &'a str,
+        params: Value,
+    ) -> impl Future<Output = Result<Value, ClientRequestError>> + Send + 'a {
         match &self.scope.caller {
             Caller::Session { record, .. } => {
                 // Sent, then parked in a future of its own: the parked call keeps nothing of
                 // the sending (its arguments, the create's first poll).
-                let sent = Box::pin(self.send_request(record, kind, method, params)).await?;
-                Box::pin(self.await_answer(sent)).await
+                let send = Box::pin(self.send_request(record, kind, method, params));
+                Either::Left(async move {
+                    let sent = send.await?;
+                    Box::pin(self.await_answer(sent)).await
+                })
             }
-            Caller::Modern(call) => Box::pin(self.ask_in_round(call, key, kind, method, params)).await,
+            Caller::Modern(call) => Either::Right(Box::pin(self.ask_in_round(call, key, kind, method, params))),
         }
     }
 
@@ -405,18 +472,10 @@ impl RequestContext {
     fn await_answer<'a>(&'a self, mut sent: SentRequest<'a>) -> impl Future<Output = Result<Value, ClientRequestError>> + Send + 'a {
         async move {
             let server = &self.scope.rendezvous;
-            // The create settles first, then the answer is awaited: two selects rather than
-            // one over both steps, so a parked call's future holds the wait alone.
-            let settled = tokio::select! {
-                settled = sent.created.settled() => settled,
-                _ = self.scope.cancel.cancelled() => return Box::pin(self.give_up(&mut sent, ClientRequestError::Cancelled)).await,
-                () = server.stopping.cancelled() => return Box::pin(self.give_up(&mut sent, ClientRequestError::NodeStopping)).await,
-            };
-            if let Err(e) = settled {
-                // Told, so it stops waiting for an answer no one will take.
-                let reason = format!("the server could not park this {}: {e}", sent.kind);
-                let _ = self.send(Message::notification("notifications/cancelled", json!({"requestId": sent.id, "reason": reason})));
-                return Err(e.into());
+            // The create settles first, in a future of its own: a parked call's future holds
+            // the wait alone.
+            if let Some(given_up) = Box::pin(self.settle_create(&mut sent)).await {
+                return given_up;
             }
             let outcome = tokio::select! {
                 outcome = server.mailbox.wait(&sent.key, sent.timeout.saturating_sub(sent.started.elapsed())) => outcome?,
@@ -449,6 +508,21 @@ impl RequestContext {
                 WaitOutcome::Deleted | WaitOutcome::NotFound => Err(ClientRequestError::Cancelled),
             }
         }
+    }
+
+    /// Wait for a sent request's create to settle. `Some` when the call ends here: the create
+    /// failed (the client is told), or the call was cancelled or the node stops meanwhile.
+    async fn settle_create(&self, sent: &mut SentRequest<'_>) -> Option<Result<Value, ClientRequestError>> {
+        let settled = tokio::select! {
+            settled = sent.created.settled() => settled,
+            _ = self.scope.cancel.cancelled() => return Some(self.give_up(sent, ClientRequestError::Cancelled).await),
+            () = self.scope.rendezvous.stopping.cancelled() => return Some(self.give_up(sent, ClientRequestError::NodeStopping).await),
+        };
+        let e = settled.err()?;
+        // Told, so it stops waiting for an answer no one will take.
+        let reason = format!("the server could not park this {}: {e}", sent.kind);
+        let _ = self.send(Message::notification("notifications/cancelled", json!({"requestId": sent.id, "reason": reason})));
+        Some(Err(e.into()))
     }
 
     /// Give a sent request up (`why`: cancelled, or the node stops): the client is told when
