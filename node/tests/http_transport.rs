@@ -5,6 +5,7 @@ mod common;
 use common::{ACCEPT_BOTH, RawClient, parse_sse, read_events, read_until_request, start, start_default};
 use serde_json::{Value, json};
 use std::time::Duration;
+use switchboard_node::mailbox::WaitOutcome;
 use switchboard_node::protocol::jsonrpc::RequestId;
 use switchboard_node::server::ServerConfig;
 use switchboard_node::transport::http::HttpConfig;
@@ -227,8 +228,6 @@ async fn notifications_and_client_responses_get_202_without_body() {
     assert_eq!(srv.server.metrics().orphan_count("foreign_id"), 2);
 }
 
-/// Read a tools/call SSE stream up to the server-to-client request it carries.
-
 #[tokio::test]
 async fn forged_and_cross_session_answers_are_dropped_and_the_real_one_wins() {
     let srv = start_default().await;
@@ -402,6 +401,38 @@ async fn cancelled_requests_stop_and_send_no_response() {
     // The session goes on.
     let pong = client.call(6, "ping", json!({})).await;
     assert_eq!(pong["result"], json!({}));
+}
+
+/// The call is cancelled while its elicitation is out: the mailbox goes with it, so the
+/// client's late answer is told the request is gone (counted `deleted`), not acknowledged into
+/// a mailbox no one waits on until its deadline.
+#[tokio::test]
+async fn a_call_cancelled_while_it_waits_for_an_answer_deletes_its_mailbox() {
+    let srv = start_default().await;
+    let mut client = RawClient::new(&srv.url);
+    client.initialize().await;
+    let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "confirm", "arguments": {"action": "ship"}}});
+    let mut res = client.post(call.to_string()).send().await.unwrap();
+    let mut buffer = String::new();
+    let request = read_until_request(&mut res, &mut buffer).await;
+    let id = RequestId::String(request["id"].as_str().unwrap().to_string());
+    let key = srv.server.sealer().open_request(&id, client.session.as_deref().unwrap()).unwrap().key;
+
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9, "reason": "changed my mind"}});
+    assert_eq!(client.post(cancel.to_string()).send().await.unwrap().status(), 202);
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(5);
+    let mut state = srv.server.mailbox().wait(&key, Duration::ZERO).await.unwrap();
+    while state != WaitOutcome::Deleted && tokio::time::Instant::now() < give_up {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        state = srv.server.mailbox().wait(&key, Duration::ZERO).await.unwrap();
+    }
+    assert_eq!(state, WaitOutcome::Deleted, "the cancelled call's mailbox is deleted");
+
+    let late = json!({"jsonrpc": "2.0", "id": &id, "result": {"action": "accept", "content": {"confirm": true}}});
+    assert_eq!(client.post(late.to_string()).send().await.unwrap().status(), 202);
+    assert_eq!(srv.server.metrics().orphan_count("deleted"), 1, "the late answer is told the request is gone");
+    let rest = read_events(&mut res, usize::MAX, &mut buffer).await;
+    assert!(rest.iter().all(|e| !e.data.contains("\"result\"")), "a cancelled call sends no response: {rest:?}");
 }
 
 #[tokio::test]

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The cause of a store failure, kept (not flattened to text) so its whole chain can be logged.
@@ -210,7 +211,7 @@ pub trait Mailbox: Send + Sync + 'static {
 
 /// Create a mailbox whose request is already on its way to the client: retried while the store
 /// is unavailable (an answer may already be kept for it, acknowledged to the client), until
-/// `ttl` has passed. [`CreateInFlight::propose`] polls it once before the request is sent, so
+/// `ttl` has passed. [`SentMailbox::propose`] polls it once before the request is sent, so
 /// the create is proposed first and its commit overlaps the client's turn.
 async fn create_for_sent_request(
     mailbox: &dyn Mailbox,
@@ -233,27 +234,47 @@ async fn create_for_sent_request(
     }
 }
 
-/// The create of a mailbox whose request goes out before the create has committed (see
-/// `create_for_sent_request`). Whoever gives the request up (the call is cancelled, the node
-/// stops) waits for the create to settle before deleting the mailbox: a delete that overtook
-/// its create would leave the mailbox pending until its deadline. The create is boxed, so its
-/// retry state is freed once it settles rather than kept while the call is parked.
-pub struct CreateInFlight<'a> {
-    create: MaybeDone<BoxFuture<'a, Result<CreateOutcome, MailboxError>>>,
+/// The owner's hold on the mailbox of a request that has gone out, its create possibly still
+/// committing (see `create_for_sent_request`). Giving the request up waits for the create to
+/// settle before deleting the mailbox: a delete that overtook its create would leave the
+/// mailbox pending until its deadline. Dropped while the request is still open (its call was
+/// cancelled or its task dropped), it does the same in a task of its own, so a late answer is
+/// told the request is gone rather than parked for no one. The create is boxed, so its retry
+/// state is freed once it settles rather than kept while the call is parked.
+pub struct SentMailbox {
+    key: MailboxKey,
+    /// `None` once nothing is left to delete: the answer was taken, the mailbox is gone, or
+    /// its create failed.
+    store: Option<Arc<dyn Mailbox>>,
+    create: MaybeDone<BoxFuture<'static, Result<CreateOutcome, MailboxError>>>,
 }
 
-impl<'a> CreateInFlight<'a> {
+impl SentMailbox {
     /// Starts the create and polls it once, so it is proposed before the request goes out.
-    pub async fn propose(mailbox: &'a dyn Mailbox, key: MailboxKey, session: SessionTag, owner: NodeId, ttl: Duration) -> Self {
-        let mut create = maybe_done(async move { create_for_sent_request(mailbox, &key, session, owner, ttl).await }.boxed());
+    pub async fn propose(store: Arc<dyn Mailbox>, key: MailboxKey, session: SessionTag, owner: NodeId, ttl: Duration) -> Self {
+        let creating = (store.clone(), key.clone());
+        let mut create = maybe_done(
+            async move {
+                let (store, key) = creating;
+                create_for_sent_request(&*store, &key, session, owner, ttl).await
+            }
+            .boxed(),
+        );
         let _ = futures::poll!(&mut create);
-        CreateInFlight { create }
+        SentMailbox { key, store: Some(store), create }
+    }
+
+    pub fn key(&self) -> &MailboxKey {
+        &self.key
     }
 
     /// The create's error, if it has already failed (without waiting).
     pub fn failed_already(&mut self) -> Option<MailboxError> {
         match &self.create {
-            MaybeDone::Done(Err(_)) => Pin::new(&mut self.create).take_output().and_then(Result::err),
+            MaybeDone::Done(Err(_)) => {
+                self.store = None;
+                Pin::new(&mut self.create).take_output().and_then(Result::err)
+            }
             _ => None,
         }
     }
@@ -265,7 +286,56 @@ impl<'a> CreateInFlight<'a> {
             return Ok(());
         }
         (&mut self.create).await;
-        Pin::new(&mut self.create).take_output().map_or(Ok(()), |outcome| outcome.map(drop))
+        let settled = Pin::new(&mut self.create).take_output().map_or(Ok(()), |outcome| outcome.map(drop));
+        if settled.is_err() {
+            self.store = None;
+        }
+        settled
+    }
+
+    /// [`Mailbox::wait`] on it, once [`SentMailbox::settled`] is `Ok`. Once the wait ends with
+    /// the mailbox finished (answered, expired, deleted), nothing is left to delete.
+    pub async fn wait(&mut self, timeout: Duration) -> Result<WaitOutcome, MailboxError> {
+        let Some(store) = &self.store else { return Ok(WaitOutcome::Deleted) };
+        let outcome = store.wait(&self.key, timeout).await?;
+        if !matches!(outcome, WaitOutcome::TimedOut) {
+            self.store = None;
+        }
+        Ok(outcome)
+    }
+
+    /// Gives the request up: deletes the mailbox once its create has settled (the create's
+    /// error, if it failed and no one was told yet).
+    pub async fn delete(&mut self) -> Result<(), MailboxError> {
+        self.settled().await?;
+        if let Some(store) = &self.store {
+            store.delete(&self.key).await?;
+            self.store = None;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for SentMailbox {
+    fn drop(&mut self) {
+        let Some(store) = self.store.take() else { return };
+        // Without a runtime (it is shutting down) no answer can arrive either.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let key = self.key.clone();
+        let create = std::mem::replace(&mut self.create, MaybeDone::Gone);
+        runtime.spawn(async move {
+            let created = match create {
+                MaybeDone::Future(create) => create.await.map(drop),
+                MaybeDone::Done(outcome) => outcome.map(drop),
+                MaybeDone::Gone => Ok(()),
+            };
+            if created.is_ok() {
+                match store.delete(&key).await {
+                    Ok(()) => tracing::debug!(%key, "request given up; its mailbox deleted"),
+                    Err(e) => tracing::debug!(%key, error = %e, "request given up; its mailbox not deleted (it expires)"),
+                }
+            }
+        });
     }
 }
 
@@ -302,21 +372,20 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_given_up_while_its_create_commits_leaves_no_pending_mailbox() {
-        let store = SlowCreates(InMemoryMailbox::new());
+        let store = Arc::new(SlowCreates(InMemoryMailbox::new()));
         let key = MailboxKey::random();
-        let mut created = CreateInFlight::propose(&store, key.clone(), SessionTag::default(), 1, Duration::from_secs(60)).await;
-        assert!(created.failed_already().is_none(), "the create is still committing");
-        created.settled().await.unwrap();
-        store.delete(&key).await.unwrap();
+        let mut sent = SentMailbox::propose(store.clone(), key.clone(), SessionTag::default(), 1, Duration::from_secs(60)).await;
+        assert!(sent.failed_already().is_none(), "the create is still committing");
+        sent.delete().await.unwrap();
         assert_eq!(store.0.pending(), 0);
         let answer = store.deliver(&key, SessionTag::default(), None, json!(1)).await.unwrap();
         assert_eq!(answer, DeliverOutcome::Deleted, "a late answer is told the request is gone");
-        assert!(created.settled().await.is_ok(), "settled again once it has settled");
+        assert!(sent.settled().await.is_ok(), "settled again once it has settled");
     }
 
     #[tokio::test]
     async fn a_delete_that_overtakes_its_create_leaves_the_mailbox_pending() {
-        // Why `CreateInFlight::settled` comes before a delete.
+        // Why `SentMailbox::delete` waits for the create first.
         let store = SlowCreates(InMemoryMailbox::new());
         let key = MailboxKey::random();
         let create = create_for_sent_request(&store, &key, SessionTag::default(), 1, Duration::from_secs(60));
@@ -325,13 +394,64 @@ mod tests {
         assert_eq!(store.0.pending(), 1);
     }
 
+    /// The mailbox's state once it is deleted or five seconds have passed: the drop's delete
+    /// runs in a task of its own (after the create, which may not have reached the store yet).
+    async fn until_deleted(store: &dyn Mailbox, key: &MailboxKey) -> WaitOutcome {
+        let give_up = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let outcome = store.wait(key, Duration::ZERO).await.unwrap();
+            if outcome == WaitOutcome::Deleted || tokio::time::Instant::now() > give_up {
+                return outcome;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_dropped_while_parked_deletes_its_mailbox() {
+        let store = Arc::new(InMemoryMailbox::new());
+        let key = MailboxKey::random();
+        let mut sent = SentMailbox::propose(store.clone(), key.clone(), SessionTag::default(), 1, Duration::from_secs(60)).await;
+        sent.settled().await.unwrap();
+        let parked = sent.wait(Duration::from_secs(60));
+        assert!(futures::poll!(Box::pin(parked)).is_pending());
+        drop(sent);
+        assert_eq!(until_deleted(&*store, &key).await, WaitOutcome::Deleted);
+        let late = store.deliver(&key, SessionTag::default(), None, json!(1)).await.unwrap();
+        assert_eq!(late, DeliverOutcome::Deleted, "a late answer is told the request is gone");
+    }
+
+    #[tokio::test]
+    async fn a_request_dropped_while_its_create_commits_deletes_the_mailbox_after_it() {
+        let store = Arc::new(SlowCreates(InMemoryMailbox::new()));
+        let key = MailboxKey::random();
+        let sent = SentMailbox::propose(store.clone(), key.clone(), SessionTag::default(), 1, Duration::from_secs(60)).await;
+        drop(sent);
+        assert_eq!(until_deleted(&*store, &key).await, WaitOutcome::Deleted);
+        assert_eq!(store.0.pending(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_answered_request_leaves_its_tombstone_when_dropped() {
+        let store = Arc::new(InMemoryMailbox::new());
+        let key = MailboxKey::random();
+        let mut sent = SentMailbox::propose(store.clone(), key.clone(), SessionTag::default(), 1, Duration::from_secs(60)).await;
+        sent.settled().await.unwrap();
+        assert_eq!(store.deliver(&key, SessionTag::default(), None, json!(1)).await.unwrap(), DeliverOutcome::Delivered);
+        assert_eq!(sent.wait(Duration::from_secs(1)).await.unwrap(), WaitOutcome::Delivered(json!(1)));
+        drop(sent);
+        tokio::task::yield_now().await;
+        let again = store.deliver(&key, SessionTag::default(), None, json!(2)).await.unwrap();
+        assert_eq!(again, DeliverOutcome::AlreadyDelivered, "a duplicate is told so, not that the request is gone");
+    }
+
     #[tokio::test]
     async fn a_create_that_failed_is_reported_once() {
-        let store = InMemoryMailbox::new();
+        let store = Arc::new(InMemoryMailbox::new());
         let key = MailboxKey::random();
-        let mut created = CreateInFlight::propose(&store, key.clone(), SessionTag::default(), 1, Duration::ZERO).await;
-        assert!(matches!(created.failed_already(), Some(MailboxError::InvalidTtl { .. })));
-        assert!(created.failed_already().is_none());
+        let mut sent = SentMailbox::propose(store, key, SessionTag::default(), 1, Duration::ZERO).await;
+        assert!(matches!(sent.failed_already(), Some(MailboxError::InvalidTtl { .. })));
+        assert!(sent.failed_already().is_none());
     }
 
     #[test]

@@ -12,7 +12,7 @@ use super::outbound::{Outbound, Outgoing};
 use super::rendezvous::Rendezvous;
 use super::round::{AskError, ModernCall};
 use super::schema::validation_errors;
-use crate::mailbox::{CreateInFlight, MailboxError, MailboxKey, WaitOutcome};
+use crate::mailbox::{MailboxError, MailboxKey, SentMailbox, WaitOutcome};
 use crate::protocol::json_text::JsonText;
 use crate::protocol::jsonrpc::{ErrorObject, MISSING_REQUIRED_CLIENT_CAPABILITY, Message, RequestId};
 use crate::protocol::types::{
@@ -439,7 +439,7 @@ impl RequestContext {
         kind: RequestKind,
         method: &str,
         params: Value,
-    ) -> Result<SentRequest<'_>, ClientRequestError> {
+    ) -> Result<SentRequest, ClientRequestError> {
         let server = &self.scope.rendezvous;
         let timeout = server.timeout(kind);
         let key = MailboxKey::random();
@@ -447,29 +447,27 @@ impl RequestContext {
         let tag = server.sealer.session_tag(session.id.as_str());
         let started = Instant::now();
         // Proposed before the request goes out, so an answer rarely overtakes it.
-        let mut created = CreateInFlight::propose(&*server.mailbox, key.clone(), tag, server.node_id, ttl).await;
+        let mut mailbox = SentMailbox::propose(server.mailbox.clone(), key.clone(), tag, server.node_id, ttl).await;
         let sealed = correlation::SealedRequest {
-            key: key.clone(),
+            key,
             owner: server.node_id,
             deadline_ms: crate::clock::now_ms() + ttl.as_millis() as u64,
             sealed_with: correlation::SealedWith::Current,
         };
         let id = server.sealer.seal_request(&sealed, session.id.as_str());
-        tracing::debug!(%key, %kind, session = %session.id, "server-to-client request sent; parked");
+        tracing::debug!(key = %sealed.key, %kind, session = %session.id, "server-to-client request sent; parked");
         if let Err(e) = self.send(Message::request(id.clone(), method, params)) {
-            // Created first, so the deletion is not overtaken by it.
-            created.settled().await?;
-            server.mailbox.delete(&key).await?;
+            mailbox.delete().await?;
             return Err(e);
         }
-        Ok(SentRequest { key, created, id, kind, timeout, started })
+        Ok(SentRequest { mailbox, id, kind, timeout, started })
     }
 
     /// Park until the answer to a sent request arrives (the `result` member), it times out,
     /// the call is cancelled or the node stops. An `async move` block rather than an `async
     /// fn`: an `async fn` keeps its argument twice (as passed, and bound), in every parked call.
     #[allow(clippy::manual_async_fn)] // on purpose: see above
-    fn await_answer<'a>(&'a self, mut sent: SentRequest<'a>) -> impl Future<Output = Result<Value, ClientRequestError>> + Send + 'a {
+    fn await_answer<'a>(&'a self, mut sent: SentRequest) -> impl Future<Output = Result<Value, ClientRequestError>> + Send + 'a {
         async move {
             let server = &self.scope.rendezvous;
             // The create settles first, in a future of its own: a parked call's future holds
@@ -478,14 +476,14 @@ impl RequestContext {
                 return given_up;
             }
             let outcome = tokio::select! {
-                outcome = server.mailbox.wait(&sent.key, sent.timeout.saturating_sub(sent.started.elapsed())) => outcome?,
+                outcome = sent.mailbox.wait(sent.timeout.saturating_sub(sent.started.elapsed())) => outcome?,
                 _ = self.scope.cancel.cancelled() => return Box::pin(self.give_up(&mut sent, ClientRequestError::Cancelled)).await,
                 () = server.stopping.cancelled() => return Box::pin(self.give_up(&mut sent, ClientRequestError::NodeStopping)).await,
             };
             server.metrics.observe_wait(sent.kind, sent.started.elapsed());
             match outcome {
                 WaitOutcome::Delivered(answer) => {
-                    tracing::debug!(key = %sent.key, kind = %sent.kind, waited_ms = sent.started.elapsed().as_millis() as u64, "answer arrived; resuming");
+                    tracing::debug!(key = %sent.mailbox.key(), kind = %sent.kind, waited_ms = sent.started.elapsed().as_millis() as u64, "answer arrived; resuming");
                     match Message::from_delivered(answer) {
                         Some(Message::Response { result, .. }) => {
                             server.metrics.outcome(sent.kind, "delivered");
@@ -502,7 +500,7 @@ impl RequestContext {
                     server.metrics.outcome(sent.kind, "timeout");
                     let reason = format!("{} timed out after {:?}", sent.kind, sent.timeout);
                     let _ = self.send(Message::notification("notifications/cancelled", json!({"requestId": sent.id, "reason": reason})));
-                    server.mailbox.delete(&sent.key).await?;
+                    sent.mailbox.delete().await?;
                     Err(ClientRequestError::Timeout { kind: sent.kind, after: sent.timeout })
                 }
                 WaitOutcome::Deleted | WaitOutcome::NotFound => Err(ClientRequestError::Cancelled),
@@ -512,9 +510,9 @@ impl RequestContext {
 
     /// Wait for a sent request's create to settle. `Some` when the call ends here: the create
     /// failed (the client is told), or the call was cancelled or the node stops meanwhile.
-    async fn settle_create(&self, sent: &mut SentRequest<'_>) -> Option<Result<Value, ClientRequestError>> {
+    async fn settle_create(&self, sent: &mut SentRequest) -> Option<Result<Value, ClientRequestError>> {
         let settled = tokio::select! {
-            settled = sent.created.settled() => settled,
+            settled = sent.mailbox.settled() => settled,
             _ = self.scope.cancel.cancelled() => return Some(self.give_up(sent, ClientRequestError::Cancelled).await),
             () = self.scope.rendezvous.stopping.cancelled() => return Some(self.give_up(sent, ClientRequestError::NodeStopping).await),
         };
@@ -528,22 +526,20 @@ impl RequestContext {
     /// Give a sent request up (`why`: cancelled, or the node stops): the client is told when
     /// the node stops, and the mailbox is deleted once its create has settled, so a late
     /// answer is told the request is gone rather than parked for no one.
-    async fn give_up(&self, sent: &mut SentRequest<'_>, why: ClientRequestError) -> Result<Value, ClientRequestError> {
+    async fn give_up(&self, sent: &mut SentRequest, why: ClientRequestError) -> Result<Value, ClientRequestError> {
         if matches!(why, ClientRequestError::NodeStopping) {
             let reason = "the server replica running this call is shutting down";
             let _ = self.send(Message::notification("notifications/cancelled", json!({"requestId": sent.id, "reason": reason})));
         }
-        sent.created.settled().await?;
-        self.scope.rendezvous.mailbox.delete(&sent.key).await?;
+        sent.mailbox.delete().await?;
         Err(why)
     }
 }
 
 /// A server-to-client request on the session's stream, its mailbox created or being created:
 /// all its wait needs.
-struct SentRequest<'a> {
-    key: MailboxKey,
-    created: CreateInFlight<'a>,
+struct SentRequest {
+    mailbox: SentMailbox,
     id: RequestId,
     kind: RequestKind,
     timeout: Duration,

@@ -38,7 +38,7 @@ use super::requests::NodePlace;
 use super::round::{ModernCall, ModernClient, check_response};
 use super::task_calls::extension_required;
 use crate::clock::now_ms;
-use crate::mailbox::{Addressee, CreateInFlight, DeliverOutcome, MailboxKey, SessionTag, WaitOutcome};
+use crate::mailbox::{Addressee, DeliverOutcome, MailboxKey, SentMailbox, SessionTag, WaitOutcome};
 use crate::protocol::jsonrpc::{ErrorObject, INTERNAL_ERROR, Message, RequestId, message_from_value};
 use crate::protocol::types::{CapabilityFlags, LogLevel, RequestKind};
 use futures::future::Either;
@@ -259,12 +259,12 @@ impl Server {
             let timeout = asks.iter().map(|(_, kind, _)| self.inner.rendezvous.timeout(*kind)).max().expect("asks");
             let answers = MailboxKey::random();
             let owner = self.node_id();
-            let mailbox = self.mailbox();
             // The create's commit overlaps the client's turn, as for a 2025 request (see
-            // `Context::request`): a retry that reaches the store first is kept for it.
+            // `RequestContext::send_request`): a retry that reaches the store first is kept for
+            // it. Should this call end before its answers come, the mailbox goes with it.
             let started = Instant::now();
-            let mut created = CreateInFlight::propose(&**mailbox, answers.clone(), tag, owner, timeout + MAILBOX_GRACE).await;
-            if let Some(e) = created.failed_already() {
+            let mut mailbox = SentMailbox::propose(self.mailbox().clone(), answers.clone(), tag, owner, timeout + MAILBOX_GRACE).await;
+            if let Some(e) = mailbox.failed_already() {
                 tracing::warn!(error = %e, "multi-round-trip round not started: its mailbox could not be created");
                 let error = ErrorObject::internal(format!("the server could not park this call for input: {e}"));
                 outcomes.end_round(answered, &call, Message::error(Some(id.clone()), error));
@@ -292,8 +292,8 @@ impl Server {
             // with the outcome of the round a retry answers.
             call.buffer();
             let parked = async {
-                created.settled().await?;
-                mailbox.wait(&answers, timeout.saturating_sub(started.elapsed())).await
+                mailbox.settled().await?;
+                mailbox.wait(timeout.saturating_sub(started.elapsed())).await
             };
             let waited = tokio::select! {
                 biased;
@@ -326,7 +326,7 @@ impl Server {
                 Some(Ok(other)) => {
                     self.metrics().mrtr_round("abandoned");
                     tracing::debug!(call = %format!("{call_id:032x}"), round, outcome = ?other, "no retry came in time; call dropped");
-                    let _ = mailbox.delete(&answers).await;
+                    let _ = mailbox.delete().await;
                     return;
                 }
                 Some(Err(e)) => {
@@ -334,10 +334,7 @@ impl Server {
                     return;
                 }
                 None => {
-                    // After the create, so the delete is not overtaken by it.
-                    if created.settled().await.is_ok() {
-                        let _ = mailbox.delete(&answers).await;
-                    }
+                    let _ = mailbox.delete().await;
                     return;
                 }
             }
