@@ -27,7 +27,9 @@ pub(super) fn compile_schema(name: &str, schema: &Value) -> Result<jsonschema::V
 /// distinct schemas (a tool that builds them per call) it starts over.
 #[derive(Default)]
 pub(crate) struct SchemaCache {
-    compiled: Mutex<HashMap<String, Arc<jsonschema::Validator>>>,
+    /// Keyed by the schema itself (`Value` is `Hash + Eq`, objects compare by their sorted
+    /// keys): a lookup costs a hash of the tree, not its serialization.
+    compiled: Mutex<HashMap<Value, Arc<jsonschema::Validator>>>,
 }
 
 impl SchemaCache {
@@ -36,9 +38,7 @@ impl SchemaCache {
     /// The validator of `schema`, compiled on first use; a schema that does not compile is
     /// refused (each time: it is not kept).
     pub(crate) fn validator(&self, schema: &Value) -> Result<Arc<jsonschema::Validator>, String> {
-        // Objects serialize with sorted keys, so equal schemas have equal text.
-        let text = schema.to_string();
-        if let Some(validator) = self.compiled.lock().unwrap().get(&text) {
+        if let Some(validator) = self.compiled.lock().unwrap().get(schema) {
             return Ok(validator.clone());
         }
         let validator = Arc::new(jsonschema::validator_for(schema).map_err(|e| e.to_string())?);
@@ -46,7 +46,7 @@ impl SchemaCache {
         if compiled.len() >= Self::CAPACITY {
             compiled.clear();
         }
-        Ok(compiled.entry(text).or_insert(validator).clone())
+        Ok(compiled.entry(schema.clone()).or_insert(validator).clone())
     }
 
     #[cfg(test)]
