@@ -113,7 +113,7 @@ async fn a_session_record_keeps_the_capability_flags_not_the_declaration() {
     let client_info = json!({"name": "n".repeat(10_000), "version": "1", "title": "é".repeat(1_000), "description": "d".repeat(10_000)});
     let res = client.post(initialize_body(capabilities, client_info)).send().await.unwrap();
     assert_eq!(res.status(), 200);
-    let id = SessionId(res.headers()["mcp-session-id"].to_str().unwrap().to_string());
+    let id = SessionId(res.headers()["mcp-session-id"].to_str().unwrap().into());
     assert!(res.json::<Value>().await.unwrap()["result"].is_object());
     for (i, before) in before.into_iter().enumerate() {
         cluster.raft.node(i).linearize().await.unwrap();
@@ -141,7 +141,7 @@ async fn subscriptions_need_an_offered_uri_and_stop_at_the_limit() {
     let mut cluster = start(3, ServerConfig::default()).await;
     let mut client = RawClient::new(&cluster.urls[0]);
     client.initialize().await;
-    let id = SessionId(client.session.clone().unwrap());
+    let id = SessionId(client.session.clone().unwrap().into());
     let subscriptions =
         |cluster: &McpCluster, i: usize| cluster.raft.node(i).sm.read(|sm| sm.session(&id).unwrap().record.subscriptions.len());
     // A URI no resource or template offers: refused, nothing stored.

@@ -156,7 +156,7 @@ fn record(id: &str) -> SessionRecord {
 async fn sessions_created_anywhere_are_readable_everywhere_at_once() {
     let mut cluster = TestCluster::start(3).await;
     for i in 0..3 {
-        let id = SessionId(format!("s{i}"));
+        let id = SessionId(format!("s{i}").into());
         cluster.sessions(i).create(record(&id.0), 100).await.unwrap();
         // Read-your-writes on every other node, immediately (ReadIndex on a miss).
         for j in 0..3 {

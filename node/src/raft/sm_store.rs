@@ -179,7 +179,9 @@ impl StateMachineStore {
             Some(Some(outcome)) => Watch::Settled(outcome),
             Some(None) => {
                 let (sender, receiver) = oneshot::channel();
-                inner.waiters.entry(key.clone()).or_default().push(sender);
+                // Sized for one: a mailbox has one waiter, its owner's call (a `Vec`'s
+                // first push would make room for four).
+                inner.waiters.entry(key.clone()).or_insert_with(|| Vec::with_capacity(1)).push(sender);
                 Watch::Parked(receiver)
             }
         }

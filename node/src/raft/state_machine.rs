@@ -916,7 +916,12 @@ mod tests {
                     2 => Command::MailboxDelete { key: k },
                     3 => Command::MailboxRelease { keys: vec![k, key(((i + 1) % 17) as u8)] },
                     4 => Command::SessionCreate { record: Box::new(session(&id)), ttl_ms: 100 + i, max_sessions: 3 },
-                    5 => Command::SessionSubscribe { id: SessionId(id), uri: format!("test://{}", i % 4), subscribed: i % 3 != 0, limits },
+                    5 => Command::SessionSubscribe {
+                        id: SessionId(id.into()),
+                        uri: format!("test://{}", i % 4),
+                        subscribed: i % 3 != 0,
+                        limits,
+                    },
                     _ => Command::Tick,
                 };
                 Request { now: 1000 + i * 7, clock_agreed: i % 5 == 0, write: Some(WriteId { origin: i % 3, serial: i }), command }

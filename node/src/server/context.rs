@@ -78,7 +78,8 @@ pub(super) enum Caller {
         /// This node's entry of the session (its log level, set here ahead of the record).
         local: Arc<LocalSession>,
         record: Arc<SessionRecord>,
-        progress_token: Option<Value>,
+        /// Boxed: most requests ask for no progress, and every running one holds this.
+        progress_token: Option<Box<Value>>,
     },
     /// A stateless request (2026-07-28): what the client declared comes with each request.
     Modern(Arc<ModernCall>),
@@ -120,13 +121,14 @@ impl RequestContext {
     /// multi-round-trip call, the token of the retry being answered).
     pub fn progress_token(&self) -> Option<Value> {
         match &self.scope.caller {
-            Caller::Session { progress_token, .. } => progress_token.clone(),
+            Caller::Session { progress_token, .. } => progress_token.as_deref().cloned(),
             Caller::Modern(call) => call.client().progress_token,
         }
     }
-    /// Resolves when the client cancels this request.
-    pub async fn cancelled(&self) {
-        self.scope.cancel.cancelled().await
+    /// Resolves when the client cancels this request. The token's own future, not an `async
+    /// fn` around it (one more layer in every parked call's task).
+    pub fn cancelled(&self) -> impl Future<Output = ()> + Send + '_ {
+        self.scope.cancel.cancelled()
     }
     pub fn is_cancelled(&self) -> bool {
         self.scope.cancel.is_cancelled()

@@ -103,7 +103,7 @@ impl Server {
             }
         };
         let cancel = CancellationToken::new();
-        let progress_token = params.as_ref().and_then(|p| p.pointer("/_meta/progressToken")).cloned();
+        let progress_token = params.as_ref().and_then(|p| p.pointer("/_meta/progressToken")).cloned().map(Box::new);
         let ctx = RequestContext::new(RequestScope {
             rendezvous: self.inner.rendezvous.clone(),
             caller: Caller::Session { local: local.clone(), record: session, progress_token },
@@ -118,25 +118,28 @@ impl Server {
             }
             Dispatched::Running(work) => work,
         };
-        local.running.lock().unwrap().insert(id.clone(), cancel);
-        // The task keeps the handler's future and what it answers with, nothing of the request.
-        tokio::spawn(async move {
+        local.running.lock().unwrap().insert(id, cancel);
+        // The task keeps the handler's future and what it answers with, nothing of the request
+        // (its id is the context's): small enough for tokio's 256-byte task cell, not 384.
+        let task = async move {
             // Biased: once the client cancelled, no response goes out even if the handler
             // finished in the same instant.
             let answer = tokio::select! {
                 biased;
-                _ = ctx.cancelled() => None,
+                () = ctx.cancelled() => None,
                 answer = work => Some(answer),
             };
-            admitted.local.running.lock().unwrap().remove(&id);
+            let id = ctx.request_id();
+            admitted.local.running.lock().unwrap().remove(id);
             // Its places are free before the client can see the response (if the task is
             // dropped instead, with the runtime, they go with it).
             drop(admitted);
             match answer {
-                Some(answer) => respond(&ctx, id, answer),
+                Some(answer) => respond(&ctx, id.clone(), answer),
                 None => tracing::debug!(request = %id, "request cancelled by the client"),
             }
-        });
+        };
+        tokio::spawn(task);
     }
 
     /// A place for one more request of `local`'s session, within both limits.

@@ -14,13 +14,15 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 /// An `Mcp-Session-Id`: 256 random bits, hex encoded (visible ASCII, as the spec requires).
+/// Shared text: every stream, entry and record of the session holds the same allocation (a
+/// parked call's stream kept a copy of its own).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct SessionId(pub String);
+pub struct SessionId(pub Arc<str>);
 
 impl SessionId {
     pub fn random() -> Self {
         let bytes: [u8; 32] = rand::random();
-        SessionId(bytes.iter().map(|b| format!("{b:02x}")).collect())
+        SessionId(bytes.iter().map(|b| format!("{b:02x}")).collect::<String>().into())
     }
     pub fn as_str(&self) -> &str {
         &self.0

@@ -214,7 +214,7 @@ async fn require_session(state: &HttpState, headers: &HeaderMap) -> Result<Arc<S
     let Some(id) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
         return Err(http_error(StatusCode::BAD_REQUEST, "Bad Request: Mcp-Session-Id header is required"));
     };
-    match state.server.session(&SessionId(id.to_string())).await {
+    match state.server.session(&SessionId(id.into())).await {
         Ok(record) => Ok(record),
         Err(SessionLookupError::NotFound) => Err(http_error(StatusCode::NOT_FOUND, "Session not found")),
         Err(SessionLookupError::Store(e)) => Err(http_error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),

@@ -33,13 +33,11 @@ struct LogState {
 
 /// One resumable stream of events.
 pub struct EventLog {
-    pub node: u64,
     pub stream: u64,
     pub session: SessionId,
-    sealer: Arc<IdSealer>,
-    capacity: usize,
-    /// Where the log says when it closed, for the sweep of its [`StreamLogs`].
-    closings: Closings,
+    /// What it shares with the node's other streams (one pointer, not four fields in every
+    /// parked call's stream).
+    shared: Arc<StreamsShared>,
     state: Mutex<LogState>,
     /// Wakes the readers waiting for the log to change (lighter than a watch channel: one per
     /// parked call).
@@ -47,27 +45,19 @@ pub struct EventLog {
 }
 
 impl EventLog {
-    fn new(
-        node: u64,
-        stream: u64,
-        session: SessionId,
-        sealer: Arc<IdSealer>,
-        capacity: usize,
-        closings: Closings,
-        priming: bool,
-    ) -> Arc<Self> {
+    fn new(shared: Arc<StreamsShared>, stream: u64, session: SessionId, priming: bool) -> Arc<Self> {
         // Room for the priming event and one more: a parked call's stream holds its request.
         let mut events = VecDeque::with_capacity(2);
         if priming {
             events.push_back((0, None));
         }
         let state = LogState { events, next_seq: 1, closed_at: None, reader_generation: 0, disconnect_at: 0 };
-        Arc::new(EventLog { node, stream, session, sealer, capacity, closings, state: Mutex::new(state), changed: Notify::new() })
+        Arc::new(EventLog { stream, session, shared, state: Mutex::new(state), changed: Notify::new() })
     }
 
     /// The sealed id of event `seq`: names this node as the owner, opens only in the session.
     fn id(&self, seq: u64) -> String {
-        self.sealer.seal_event(SealedEvent { owner: self.node, stream: self.stream, seq }, self.session.as_str())
+        self.shared.sealer.seal_event(SealedEvent { owner: self.shared.node, stream: self.stream, seq }, self.session.as_str())
     }
 
     /// Sequence number the next reader without `Last-Event-ID` starts at.
@@ -81,7 +71,7 @@ impl EventLog {
         let seq = state.next_seq;
         state.next_seq += 1;
         state.events.push_back((seq, Some(data)));
-        if state.events.len() > self.capacity {
+        if state.events.len() > self.shared.capacity {
             state.events.pop_front();
         }
         drop(state);
@@ -102,7 +92,7 @@ impl EventLog {
             let now = Instant::now();
             state.closed_at = Some(now);
             drop(state);
-            self.closings.lock().unwrap().push_back((now, self.stream));
+            self.shared.closings.lock().unwrap().push_back((now, self.stream));
         }
         self.changed.notify_waiters();
     }
@@ -227,45 +217,43 @@ impl Drop for StreamSink {
 }
 
 /// Streams in the order they closed, with when: the oldest are the first to expire.
-type Closings = Arc<Mutex<VecDeque<(Instant, u64)>>>;
+/// What all the streams of a node share.
+struct StreamsShared {
+    node: u64,
+    sealer: Arc<IdSealer>,
+    /// Events a stream keeps for resumption.
+    capacity: usize,
+    /// `(when, stream)` of each closing, oldest first: where a log says when it closed, for the
+    /// sweep of its [`StreamLogs`].
+    closings: Mutex<VecDeque<(Instant, u64)>>,
+}
 
 /// The streams of this node, for resumption.
 pub struct StreamLogs {
-    node: u64,
-    sealer: Arc<IdSealer>,
+    shared: Arc<StreamsShared>,
     next: AtomicU64,
     streams: Mutex<HashMap<u64, Arc<EventLog>>>,
     standalone: Mutex<HashMap<SessionId, Arc<EventLog>>>,
-    closings: Closings,
     /// How long a finished stream stays resumable.
     retention: Duration,
-    capacity: usize,
 }
 
 impl StreamLogs {
     pub fn new(node: u64, sealer: Arc<IdSealer>, retention: Duration, capacity: usize) -> Arc<Self> {
-        Arc::new(StreamLogs {
-            node,
-            sealer,
-            next: AtomicU64::new(1),
-            streams: Mutex::default(),
-            standalone: Mutex::default(),
-            closings: Closings::default(),
-            retention,
-            capacity,
-        })
+        let shared = Arc::new(StreamsShared { node, sealer, capacity, closings: Mutex::default() });
+        Arc::new(StreamLogs { shared, next: AtomicU64::new(1), streams: Mutex::default(), standalone: Mutex::default(), retention })
     }
 
     /// A new stream for the response to one request.
     pub fn open(&self, session: &SessionId, priming: bool) -> Arc<EventLog> {
         let stream = self.next.fetch_add(1, Ordering::Relaxed);
-        let log = EventLog::new(self.node, stream, session.clone(), self.sealer.clone(), self.capacity, self.closings.clone(), priming);
+        let log = EventLog::new(self.shared.clone(), stream, session.clone(), priming);
         let mut streams = self.streams.lock().unwrap();
         // Streams whose retention passed are swept here, the oldest closed first, rather than
         // each watched by a task of its own (one more task per parked call); `find` already
         // ignores them. Each goes once: a sweep costs what it removes.
         let now = Instant::now();
-        let mut closings = self.closings.lock().unwrap();
+        let mut closings = self.shared.closings.lock().unwrap();
         while let Some(&(closed, expired)) = closings.front()
             && now.duration_since(closed) >= self.retention
         {
@@ -284,7 +272,7 @@ impl StreamLogs {
             return (log.clone(), false);
         }
         let stream = self.next.fetch_add(1, Ordering::Relaxed);
-        let log = EventLog::new(self.node, stream, session.clone(), self.sealer.clone(), self.capacity, self.closings.clone(), priming);
+        let log = EventLog::new(self.shared.clone(), stream, session.clone(), priming);
         standalone.insert(session.clone(), log.clone());
         self.streams.lock().unwrap().insert(stream, log.clone());
         (log, true)
@@ -419,6 +407,6 @@ mod tests {
         }
         assert_eq!(held(&kept), [1, 2, 3], "within its retention a closed stream stays");
         assert_eq!(held(&gone), [2, 3], "the expired stream is swept; the open one stays");
-        assert!(gone.closings.lock().unwrap().is_empty(), "a swept stream leaves nothing behind");
+        assert!(gone.shared.closings.lock().unwrap().is_empty(), "a swept stream leaves nothing behind");
     }
 }

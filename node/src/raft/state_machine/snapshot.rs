@@ -345,7 +345,7 @@ mod tests {
                 8 if k % 3 != 0 => Command::MailboxDeliver { key: key(k), session, value: text("again"), addressee: None },
                 7 => Command::SessionCreate { record: Box::new(record(&id)), ttl_ms: 500 + i, max_sessions: 4 },
                 8 => Command::SessionSubscribe {
-                    id: SessionId(id),
+                    id: SessionId(id.into()),
                     uri: format!("test://{}", i % 4),
                     subscribed: true,
                     limits: SubscriptionLimits { max_count: 2, max_bytes: 100 },
