@@ -1,11 +1,13 @@
 //! What a server offers: tools, prompts, resources and resource templates, each with its handler.
 
 use super::context::RequestContext;
+use super::dispatch::Dispatched;
 use super::schema::{SchemaError, compile_schema, schema_for, validation_errors};
 use crate::protocol::jsonrpc::ErrorObject;
 use crate::protocol::types::{CallToolResult, GetPromptResult, PromptArgument, ResourceContents};
 use base64::Engine;
-use futures::future::BoxFuture;
+use futures::FutureExt;
+use futures::future::{BoxFuture, Either};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
@@ -57,7 +59,10 @@ pub enum TaskSupport {
     /// Only as a task: a client without the extension gets -32021.
     Required,
 }
-type ToolHandler = Arc<dyn Fn(RequestContext, Value) -> BoxFuture<'static, HandlerResult<CallToolResult>> + Send + Sync>;
+/// A tool's handler, erased. Its future answers `tools/call` whole (the output check and the
+/// result's JSON run in the handler's own future), so a running call holds one box for its tool,
+/// not a box in a box.
+type ToolHandler = Arc<dyn Fn(Arc<ToolDef>, RequestContext, Value) -> BoxFuture<'static, Result<Value, ErrorObject>> + Send + Sync>;
 type PromptHandler = Arc<dyn Fn(RequestContext, Map<String, Value>) -> BoxFuture<'static, HandlerResult<GetPromptResult>> + Send + Sync>;
 type ResourceHandler =
     Arc<dyn Fn(RequestContext, String, HashMap<String, String>) -> BoxFuture<'static, HandlerResult<Vec<ResourceContents>>> + Send + Sync>;
@@ -107,7 +112,9 @@ impl ToolDef {
             task_started_by_handler: false,
             input_validator,
             output_validator: None,
-            handler: Arc::new(move |ctx, args| Box::pin(handler(ctx, args))),
+            // A `map`, not an `async` block: the block would keep the handler's future twice
+            // (as captured, and as awaited).
+            handler: Arc::new(move |tool: Arc<ToolDef>, ctx, args| Box::pin(handler(ctx, args).map(move |result| tool.answer(result)))),
         })
     }
 
@@ -118,13 +125,11 @@ impl ToolDef {
         F: Fn(RequestContext, A) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult<CallToolResult>> + Send + 'static,
     {
-        let handler = Arc::new(handler);
-        ToolDef::new(name, schema_for::<A>(), move |ctx, args| {
-            let handler = handler.clone();
-            async move {
-                let args: A = serde_json::from_value(args).map_err(|e| HandlerError::new(format!("invalid arguments: {e}")))?;
-                handler(ctx, args).await
-            }
+        // The arguments are read before the future: it keeps the handler's future alone, not the
+        // arguments it was started from (for as long as the call is parked).
+        ToolDef::new(name, schema_for::<A>(), move |ctx, args| match serde_json::from_value::<A>(args) {
+            Ok(args) => Either::Left(handler(ctx, args)),
+            Err(e) => Either::Right(Box::pin(std::future::ready(Err(HandlerError::new(format!("invalid arguments: {e}")))))),
         })
         .expect("schemars produces valid schemas")
     }
@@ -179,27 +184,29 @@ impl ToolDef {
         &self.header_params
     }
 
-    /// Validate the arguments, run the handler, check structured output.
-    /// Check the arguments and start the handler; the future checks what it returns. Built
-    /// here rather than in an `async fn`, whose future would keep its arguments (the context
-    /// and the arguments, moved into the handler) for as long as the call is parked.
-    pub(crate) fn call(
-        self: &Arc<Self>,
-        ctx: RequestContext,
-        arguments: Value,
-    ) -> impl Future<Output = HandlerResult<CallToolResult>> + Send + 'static {
-        let running: BoxFuture<'static, HandlerResult<CallToolResult>> = match validation_errors(&self.input_validator, &arguments) {
+    /// Check the arguments and start the handler: the call's answer at once when the arguments
+    /// are refused, otherwise the handler's future, which checks what it returns. Not an `async
+    /// fn`, whose future would keep its arguments (the context and the arguments, moved into the
+    /// handler) for as long as the call is parked.
+    pub(crate) fn call(self: &Arc<Self>, ctx: RequestContext, arguments: Value) -> Dispatched {
+        match validation_errors(&self.input_validator, &arguments) {
             Some(errors) => {
                 let refused = HandlerError::new(format!("invalid arguments for tool {}: {errors}", self.name));
-                Box::pin(std::future::ready(Err(refused)))
+                Dispatched::Ready(self.answer(Err(refused)))
             }
-            None => (self.handler)(ctx, arguments),
-        };
-        let tool = self.clone();
-        async move {
-            let result = running.await?;
-            tool.check_output(result)
+            None => Dispatched::Running((self.handler)(self.clone(), ctx, arguments)),
         }
+    }
+
+    /// What a call answers: its result once the structured output checks, a failure as an
+    /// `isError` result the model can read, or the JSON-RPC error the handler chose.
+    fn answer(&self, result: HandlerResult<CallToolResult>) -> Result<Value, ErrorObject> {
+        let result = match result.and_then(|result| self.check_output(result)) {
+            Ok(result) => result,
+            Err(HandlerError { rpc: Some(error), .. }) => return Err(error),
+            Err(e) => CallToolResult::error(e.message),
+        };
+        Ok(serde_json::to_value(result).expect("results serialize"))
     }
 
     fn check_output(&self, result: CallToolResult) -> HandlerResult<CallToolResult> {

@@ -4,7 +4,7 @@ use super::definitions::ToolDef;
 use super::handle::{Server, store_error};
 use super::{HandlerError, RequestContext, paginate};
 use crate::protocol::jsonrpc::{ErrorObject, INVALID_PARAMS, LIMIT_REACHED, RESOURCE_NOT_FOUND};
-use crate::protocol::types::{CallToolResult, LogLevel};
+use crate::protocol::types::LogLevel;
 use crate::session::{LimitReached, SessionError, SubscriptionLimits};
 use futures::future::{BoxFuture, Either};
 use serde_json::{Map, Value, json};
@@ -57,17 +57,7 @@ impl Server {
                 paginate(&defs, cursor(), page_size).map(|(page, next)| with_cursor(json!({"tools": page}), next)).into()
             }
             "tools/call" => match self.tool_call(&mut params) {
-                Ok((tool, arguments)) => {
-                    let call = tool.call(ctx, arguments);
-                    Dispatched::running(async move {
-                        let result = match call.await {
-                            Ok(result) => result,
-                            Err(HandlerError { rpc: Some(error), .. }) => return Err(error),
-                            Err(e) => CallToolResult::error(e.message),
-                        };
-                        Ok(serde_json::to_value(result).expect("results serialize"))
-                    })
-                }
+                Ok((tool, arguments)) => tool.call(ctx, arguments),
                 Err(error) => Err(error).into(),
             },
             "prompts/list" => {
