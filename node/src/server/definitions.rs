@@ -1,7 +1,6 @@
 //! What a server offers: tools, prompts, resources and resource templates, each with its handler.
 
 use super::context::RequestContext;
-use super::dispatch::Dispatched;
 use super::schema::{SchemaError, compile_schema, schema_for, validation_errors};
 use crate::protocol::jsonrpc::ErrorObject;
 use crate::protocol::types::{CallToolResult, GetPromptResult, PromptArgument, ResourceContents};
@@ -184,17 +183,17 @@ impl ToolDef {
         &self.header_params
     }
 
-    /// Check the arguments and start the handler: the call's answer at once when the arguments
-    /// are refused, otherwise the handler's future, which checks what it returns. Not an `async
-    /// fn`, whose future would keep its arguments (the context and the arguments, moved into the
-    /// handler) for as long as the call is parked.
-    pub(crate) fn call(self: &Arc<Self>, ctx: RequestContext, arguments: Value) -> Dispatched {
+    /// Check the arguments and start the handler: the call's answer, the handler's future
+    /// (which checks what it returns), or a refusal of the arguments. Not an `async fn`, whose
+    /// future would keep its arguments (the context and the arguments, moved into the handler)
+    /// for as long as the call is parked.
+    pub(crate) fn call(self: &Arc<Self>, ctx: RequestContext, arguments: Value) -> BoxFuture<'static, Result<Value, ErrorObject>> {
         match validation_errors(&self.input_validator, &arguments) {
             Some(errors) => {
                 let refused = HandlerError::new(format!("invalid arguments for tool {}: {errors}", self.name));
-                Dispatched::Ready(self.answer(Err(refused)))
+                Box::pin(std::future::ready(self.answer(Err(refused))))
             }
-            None => Dispatched::Running((self.handler)(self.clone(), ctx, arguments)),
+            None => (self.handler)(self.clone(), ctx, arguments),
         }
     }
 
@@ -461,6 +460,43 @@ fn decode_cursor(cursor: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn counting_tool() -> ToolDef {
+        let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
+        ToolDef::new("count", json!({"type": "object"}), |_, _| async { Ok(CallToolResult::text("unused")) })
+            .unwrap()
+            .output_schema(schema)
+            .unwrap()
+    }
+
+    #[test]
+    fn an_answer_carries_a_result_whose_structured_output_checks() {
+        let answer = counting_tool().answer(Ok(CallToolResult::structured(json!({"n": 3})))).unwrap();
+        assert_eq!(answer["structuredContent"]["n"], 3, "{answer}");
+        assert_ne!(answer["isError"], true, "{answer}");
+    }
+
+    #[test]
+    fn output_that_breaks_the_schema_or_is_missing_becomes_an_error_result() {
+        let tool = counting_tool();
+        let broken = tool.answer(Ok(CallToolResult::structured(json!({"n": "three"})))).unwrap();
+        assert_eq!(broken["isError"], true, "{broken}");
+        assert!(broken["content"][0]["text"].as_str().unwrap().contains("breaks its schema"), "{broken}");
+        let missing = tool.answer(Ok(CallToolResult::text("no structure"))).unwrap();
+        assert!(missing["content"][0]["text"].as_str().unwrap().contains("no structured content"), "{missing}");
+        // A tool's own error result is passed on, not checked against the output schema.
+        let failed = tool.answer(Ok(CallToolResult::error("it failed"))).unwrap();
+        assert_eq!((failed["isError"].clone(), failed["content"][0]["text"].clone()), (json!(true), json!("it failed")));
+    }
+
+    #[test]
+    fn a_handler_failure_is_an_error_result_and_an_rpc_failure_a_jsonrpc_error() {
+        let tool = counting_tool();
+        let failed = tool.answer(Err(HandlerError::new("disk full"))).unwrap();
+        assert_eq!((failed["isError"].clone(), failed["content"][0]["text"].clone()), (json!(true), json!("disk full")));
+        let rpc = ErrorObject::invalid_params("no such thing");
+        assert_eq!(tool.answer(Err(HandlerError::rpc(rpc.clone()))).unwrap_err(), rpc);
+    }
 
     #[test]
     fn templates_bind_variables() {

@@ -57,7 +57,7 @@ impl Server {
                 paginate(&defs, cursor(), page_size).map(|(page, next)| with_cursor(json!({"tools": page}), next)).into()
             }
             "tools/call" => match self.tool_call(&mut params) {
-                Ok((tool, arguments)) => tool.call(ctx, arguments),
+                Ok((tool, arguments)) => Dispatched::Running(tool.call(ctx, arguments)),
                 Err(error) => Err(error).into(),
             },
             "prompts/list" => {
