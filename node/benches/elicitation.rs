@@ -27,6 +27,9 @@
 //! - `BENCH_SWITCHBOARD_BIN=path` runs another `switchboard` build (an earlier commit's) instead
 //!   of this one's, for a before/after in the same conditions.
 //! - `-- memory` runs section 3 alone (no nginx needed); `-- single` runs section 2 alone.
+//! - `-- load [raft|memory|cluster] [seconds]` runs one node (a lone Raft node, or the memory
+//!   store), or 3 Raft nodes behind nginx, under 64 clients for 20 s (or `seconds`), and prints
+//!   the pids first, to attach a profiler.
 //! - `-- sustained [minutes]` runs the sustained-load check instead: 3 durable nodes behind
 //!   nginx, 64 clients for 15 minutes (or `minutes`), a row per 30 s window with throughput,
 //!   p50, p99, the longest round trip, each node's RSS and the data directories' size.
@@ -1057,6 +1060,36 @@ fn main() {
             return;
         }
 
+        if let Some(at) = args.iter().position(|a| a == "load") {
+            // One node under 64 clients for a while, its pid printed: for a profiler.
+            let store = args.get(at + 1).map_or("raft", String::as_str);
+            let seconds = args.get(at + 2).and_then(|s| s.parse().ok()).unwrap_or(20);
+            let dir = tempfile::tempdir().unwrap();
+            let window = Duration::from_secs(seconds);
+            let sized = (20, TURN_SEQUENTIAL, window);
+            if store == "cluster" {
+                let mut nodes = start_raft(&http, dir.path(), 3).await;
+                let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
+                let front = start_nginx(&http, nginx.as_ref().expect("the cluster load needs nginx"), &dir.path().join("nginx"), &ports).await;
+                let pids: Vec<u32> = nodes.iter().map(|n| n.proc.pid()).chain(front.pids()).collect();
+                println!("cluster pids {pids:?} (nodes, then nginx) for {seconds} s at {CONCURRENCY} clients");
+                let f = workload_sized(&http, &Route::one(&front.url), Wire::Session, &pids, sized).await;
+                row("3 nodes through nginx", &f);
+                drop(front);
+                nodes.iter_mut().for_each(|n| n.proc.stop());
+                return;
+            }
+            let mut node = match store {
+                "memory" => start_memory(&http, dir.path()).await,
+                _ => start_raft(&http, dir.path(), 1).await.remove(0),
+            };
+            println!("{store} node pid {} for {seconds} s at {CONCURRENCY} clients", node.proc.pid());
+            let f = workload_sized(&http, &Route::one(&node.url()), Wire::Session, &[node.proc.pid()], sized).await;
+            row(store, &f);
+            node.proc.stop();
+            return;
+        }
+
         // 1. The cluster.
         let mut clustered = None;
         let mut clustered_2026 = None;
@@ -1171,7 +1204,13 @@ fn main() {
             for ((name, ..), f) in servers.iter().zip(&figures) {
                 let rates: Vec<String> = f.iter().map(|f| format!("{:.0}", f.per_sec)).collect();
                 let p50s: Vec<String> = f.iter().map(|f| format!("{:.3}", ms(f.p50))).collect();
-                println!("  {name:<20} trips/s at {CONCURRENCY}: {:<40} p50 at 1 (ms): {}", rates.join(" "), p50s.join(" "));
+                let cpus: Vec<String> = f.iter().map(|f| format!("{:.3}", ms(f.cpu_per_trip[1]))).collect();
+                println!(
+                    "  {name:<20} trips/s at {CONCURRENCY}: {:<40} p50 at 1 (ms): {:<40} CPU per trip at {CONCURRENCY} (ms): {}",
+                    rates.join(" "),
+                    p50s.join(" "),
+                    cpus.join(" ")
+                );
             }
             turns = Some(figures);
             node.proc.stop();
