@@ -4,7 +4,8 @@
 use super::{Addressee, CreateOutcome, DeliverOutcome, Mailbox, MailboxError, MailboxKey, NodeId, SessionTag, WaitOutcome, check_ttl};
 use async_trait::async_trait;
 use serde_json::Value;
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
@@ -13,6 +14,10 @@ use tokio::sync::Notify;
 /// store): until the deadline it refuses a second answer, after it the answer's own deadline
 /// tells it that it is late.
 const TOMBSTONE_RETENTION: Duration = Duration::from_secs(60);
+/// How long the tombstone of a taken value stays, if its deadline is later (as in the
+/// replicated store): long enough to refuse the retries of an answer, short enough that a
+/// long timeout does not keep every finished round trip in memory.
+const TAKEN_RETENTION: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, PartialEq)]
 enum State {
@@ -30,6 +35,8 @@ struct Slot {
     /// Whom an early answer is kept for (the create's owner once created).
     owner: NodeId,
     deadline: Instant,
+    /// When the record may be forgotten.
+    drop_at: Instant,
     state: State,
     /// Wakes the waiter when the state leaves `Pending` (a `Notify` rather than a watch
     /// channel: a fraction of the memory, and there is one per parked call).
@@ -41,15 +48,8 @@ impl Slot {
         now >= self.deadline && matches!(self.state, State::Pending | State::Early(_))
     }
 
-    /// Hand a delivered value to its waiter, keeping the tombstone.
-    fn take(&mut self) -> WaitOutcome {
-        match std::mem::replace(&mut self.state, State::Taken) {
-            State::Delivered(value) => WaitOutcome::Delivered(value),
-            other => {
-                self.state = other;
-                WaitOutcome::Deleted
-            }
-        }
+    fn new(session: SessionTag, owner: NodeId, deadline: Instant, state: State) -> Self {
+        Slot { session, owner, deadline, drop_at: deadline + TOMBSTONE_RETENTION, state, settled: Arc::default() }
     }
 
     /// Set the state and wake the waiter.
@@ -60,8 +60,57 @@ impl Slot {
 }
 
 #[derive(Default)]
+struct Records {
+    slots: HashMap<MailboxKey, Slot>,
+    /// When each record may go, earliest first. A record whose time moves (an early answer
+    /// that a create took, a taken value) gets a second entry; the stale one is skipped when
+    /// it comes up. A queue rather than a periodic scan: the scan's cost grew with every
+    /// record the retention keeps, and it ran on the create path.
+    drops: BinaryHeap<Reverse<(Instant, MailboxKey)>>,
+}
+
+impl Records {
+    fn insert(&mut self, key: &MailboxKey, slot: Slot) {
+        self.drops.push(Reverse((slot.drop_at, key.clone())));
+        self.slots.insert(key.clone(), slot);
+    }
+
+    /// Forget the records whose time has come.
+    fn sweep(&mut self, now: Instant) {
+        while let Some(Reverse((at, _))) = self.drops.peek()
+            && *at <= now
+        {
+            let Some(Reverse((_, key))) = self.drops.pop() else { break };
+            if self.slots.get(&key).is_some_and(|slot| slot.drop_at <= now) {
+                self.slots.remove(&key);
+            }
+        }
+    }
+
+    /// Hand a delivered value to its waiter, keeping a tombstone; any other state is a
+    /// deletion.
+    fn take(&mut self, key: &MailboxKey, now: Instant) -> WaitOutcome {
+        let Some(slot) = self.slots.get_mut(key) else { return WaitOutcome::Deleted };
+        match std::mem::replace(&mut slot.state, State::Taken) {
+            State::Delivered(value) => {
+                let drop_at = (now + TAKEN_RETENTION).min(slot.drop_at);
+                if drop_at < slot.drop_at {
+                    slot.drop_at = drop_at;
+                    self.drops.push(Reverse((drop_at, key.clone())));
+                }
+                WaitOutcome::Delivered(value)
+            }
+            other => {
+                slot.state = other;
+                WaitOutcome::Deleted
+            }
+        }
+    }
+}
+
+#[derive(Default)]
 pub struct InMemoryMailbox {
-    slots: Mutex<HashMap<MailboxKey, Slot>>,
+    records: Mutex<Records>,
 }
 
 impl InMemoryMailbox {
@@ -72,13 +121,14 @@ impl InMemoryMailbox {
     /// Number of mailboxes still waiting for an answer.
     pub fn pending(&self) -> usize {
         let now = Instant::now();
-        let slots = self.slots.lock().unwrap();
-        slots.values().filter(|s| matches!(s.state, State::Pending) && !s.expired(now)).count()
+        let records = self.records.lock().unwrap();
+        records.slots.values().filter(|s| matches!(s.state, State::Pending) && !s.expired(now)).count()
     }
 
-    /// Drop records whose retention has passed. Amortised over creates.
-    fn sweep(slots: &mut HashMap<MailboxKey, Slot>, now: Instant) {
-        slots.retain(|_, s| now < s.deadline + TOMBSTONE_RETENTION);
+    /// Number of records kept, tombstones included.
+    #[cfg(test)]
+    fn records(&self) -> usize {
+        self.records.lock().unwrap().slots.len()
     }
 }
 
@@ -87,22 +137,20 @@ impl Mailbox for InMemoryMailbox {
     async fn create(&self, key: &MailboxKey, session: SessionTag, owner: NodeId, ttl: Duration) -> Result<CreateOutcome, MailboxError> {
         check_ttl(ttl)?;
         let now = Instant::now();
-        let mut slots = self.slots.lock().unwrap();
-        if slots.len() % 1024 == 1023 {
-            Self::sweep(&mut slots, now);
-        }
-        let state = match slots.remove(key) {
+        let mut records = self.records.lock().unwrap();
+        records.sweep(now);
+        let state = match records.slots.remove(key) {
             None => State::Pending,
             Some(Slot { state: State::Early(value), session: s, owner: o, deadline, .. }) if now < deadline => {
                 // Kept only for the session and owner the create names.
                 if s == session && o == owner { State::Delivered(value) } else { State::Pending }
             }
             Some(slot) => {
-                slots.insert(key.clone(), slot);
+                records.slots.insert(key.clone(), slot);
                 return Ok(CreateOutcome::AlreadyExists);
             }
         };
-        slots.insert(key.clone(), Slot { session, owner, deadline: now + ttl, state, settled: Arc::default() });
+        records.insert(key, Slot::new(session, owner, now + ttl, state));
         Ok(CreateOutcome::Created)
     }
 
@@ -113,22 +161,22 @@ impl Mailbox for InMemoryMailbox {
         addressee: Option<Addressee>,
         value: Value,
     ) -> Result<DeliverOutcome, MailboxError> {
-        let mut slots = self.slots.lock().unwrap();
-        let Some(slot) = slots.get_mut(key) else {
+        let now = Instant::now();
+        let mut records = self.records.lock().unwrap();
+        records.sweep(now);
+        let Some(slot) = records.slots.get_mut(key) else {
             let Some(to) = addressee else { return Ok(DeliverOutcome::NotFound) };
             let left = Duration::from_millis(to.deadline_ms.saturating_sub(crate::clock::now_ms()));
             if left.is_zero() {
                 return Ok(DeliverOutcome::Expired);
             }
-            let early =
-                Slot { session, owner: to.owner, deadline: Instant::now() + left, state: State::Early(value), settled: Arc::default() };
-            slots.insert(key.clone(), early);
+            records.insert(key, Slot::new(session, to.owner, now + left, State::Early(value)));
             return Ok(DeliverOutcome::Delivered);
         };
         if slot.session != session {
             return Ok(DeliverOutcome::WrongSession);
         }
-        if slot.expired(Instant::now()) {
+        if slot.expired(now) {
             return Ok(DeliverOutcome::Expired);
         }
         Ok(match slot.state {
@@ -143,10 +191,10 @@ impl Mailbox for InMemoryMailbox {
 
     async fn wait(&self, key: &MailboxKey, timeout: Duration) -> Result<WaitOutcome, MailboxError> {
         let (settled, deadline) = {
-            let mut slots = self.slots.lock().unwrap();
-            let Some(slot) = slots.get_mut(key) else { return Ok(WaitOutcome::NotFound) };
+            let mut records = self.records.lock().unwrap();
+            let Some(slot) = records.slots.get(key) else { return Ok(WaitOutcome::NotFound) };
             match &slot.state {
-                State::Delivered(_) => return Ok(slot.take()),
+                State::Delivered(_) => return Ok(records.take(key, Instant::now())),
                 State::Taken | State::Deleted => return Ok(WaitOutcome::Deleted),
                 // Taken under the lock, so a delivery right after it still wakes it.
                 State::Pending | State::Early(_) => (slot.settled.clone().notified_owned(), slot.deadline),
@@ -155,19 +203,16 @@ impl Mailbox for InMemoryMailbox {
         let wake_by = (Instant::now() + timeout).min(deadline);
         let woken = tokio::time::timeout_at(wake_by.into(), settled).await;
         Ok(match woken {
-            Ok(()) => match self.slots.lock().unwrap().get_mut(key) {
-                Some(slot) if matches!(slot.state, State::Delivered(_)) => slot.take(),
-                // Only a settled state wakes the waiter, and the record outlives the deadline
-                // by long: anything else is a deletion.
-                _ => WaitOutcome::Deleted,
-            },
+            // Only a settled state wakes the waiter, and the record outlives the deadline by
+            // long: anything but a delivered value is a deletion.
+            Ok(()) => self.records.lock().unwrap().take(key, Instant::now()),
             Err(_) if wake_by == deadline => WaitOutcome::Expired,
             Err(_) => WaitOutcome::TimedOut,
         })
     }
 
     async fn delete(&self, key: &MailboxKey) -> Result<(), MailboxError> {
-        if let Some(slot) = self.slots.lock().unwrap().get_mut(key)
+        if let Some(slot) = self.records.lock().unwrap().slots.get_mut(key)
             && !matches!(slot.state, State::Deleted | State::Taken)
         {
             slot.settle(State::Deleted);
@@ -194,5 +239,47 @@ mod tests {
         mailbox.create(&b, SessionTag::default(), 0, Duration::from_secs(60)).await.unwrap();
         mailbox.deliver(&a, SessionTag::default(), None, serde_json::json!(1)).await.unwrap();
         assert_eq!(mailbox.pending(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_taken_values_tombstone_goes_a_minute_after_the_take_not_at_the_deadline() {
+        let mailbox = InMemoryMailbox::new();
+        let key = MailboxKey::random();
+        mailbox.create(&key, SessionTag::default(), 0, Duration::from_secs(600)).await.unwrap();
+        mailbox.deliver(&key, SessionTag::default(), None, serde_json::json!(1)).await.unwrap();
+        let before = Instant::now();
+        assert_eq!(mailbox.wait(&key, Duration::from_secs(1)).await.unwrap(), WaitOutcome::Delivered(serde_json::json!(1)));
+        let after = Instant::now();
+
+        mailbox.records.lock().unwrap().sweep(before + TAKEN_RETENTION - Duration::from_millis(1));
+        assert_eq!(mailbox.records(), 1, "the tombstone refuses retries for a while");
+        let again = mailbox.deliver(&key, SessionTag::default(), None, serde_json::json!(2)).await.unwrap();
+        assert_eq!(again, DeliverOutcome::AlreadyDelivered);
+
+        mailbox.records.lock().unwrap().sweep(after + TAKEN_RETENTION);
+        assert_eq!(mailbox.records(), 0, "gone long before the ten-minute deadline");
+    }
+
+    #[tokio::test]
+    async fn records_go_in_deadline_order_and_a_moved_time_is_kept() {
+        let mailbox = InMemoryMailbox::new();
+        let start = Instant::now();
+        let (early, short, long) = (MailboxKey::random(), MailboxKey::random(), MailboxKey::random());
+        // An early answer kept for a second, then created with ten minutes: its first time
+        // in the queue is stale and must not take the record with it.
+        let to = Addressee { owner: 0, deadline_ms: crate::clock::now_ms() + 1000 };
+        mailbox.deliver(&early, SessionTag::default(), Some(to), serde_json::json!("early")).await.unwrap();
+        mailbox.create(&early, SessionTag::default(), 0, Duration::from_secs(600)).await.unwrap();
+        mailbox.create(&short, SessionTag::default(), 0, Duration::from_secs(5)).await.unwrap();
+        mailbox.create(&long, SessionTag::default(), 0, Duration::from_secs(1200)).await.unwrap();
+        assert_eq!(mailbox.records(), 3);
+
+        mailbox.records.lock().unwrap().sweep(start + TOMBSTONE_RETENTION + Duration::from_secs(120));
+        assert_eq!(mailbox.records(), 2, "only the five-second mailbox is past its retention");
+        assert_eq!(mailbox.wait(&early, Duration::from_secs(1)).await.unwrap(), WaitOutcome::Delivered(serde_json::json!("early")));
+
+        mailbox.records.lock().unwrap().sweep(start + TOMBSTONE_RETENTION + Duration::from_secs(1300));
+        let records = mailbox.records.lock().unwrap();
+        assert!(records.slots.is_empty() && records.drops.is_empty(), "every record and queue entry is gone");
     }
 }
