@@ -38,6 +38,8 @@ pub const PREVIOUS_ENCRYPTION_KEY_FILE: &str = "SWITCHBOARD_PREVIOUS_ENCRYPTION_
 pub const PEER_SOURCE_IP: &str = "SWITCHBOARD_PEER_SOURCE_IP";
 /// `--drain-timeout`: on SIGTERM, how long running calls get to finish.
 pub const DRAIN_TIMEOUT: &str = "SWITCHBOARD_DRAIN_TIMEOUT";
+/// `--worker-threads`: the async runtime's worker threads (default: the CPUs the process may use).
+pub const WORKER_THREADS: &str = "SWITCHBOARD_WORKER_THREADS";
 /// `--log-format`: `text` or `json` on stderr.
 pub const LOG_FORMAT: &str = "SWITCHBOARD_LOG_FORMAT";
 /// `--node-id`: the Raft node id (default: the hostname's ordinal).
@@ -132,6 +134,7 @@ pub const SERVE: &[&str] = &[
     TASK_OWNER_TIMEOUT,
     DRAIN_TIMEOUT,
     PEER_SOURCE_IP,
+    WORKER_THREADS,
 ];
 
 #[cfg(test)]
@@ -144,7 +147,7 @@ mod tests {
     fn serve_lists_each_flag_once_with_the_prefix() {
         let unique: BTreeSet<&str> = SERVE.iter().copied().collect();
         assert_eq!(unique.len(), SERVE.len(), "a name is listed twice");
-        assert_eq!(SERVE.len(), 41);
+        assert_eq!(SERVE.len(), 42);
         for name in SERVE {
             assert!(name.starts_with("SWITCHBOARD_") && name[12..].chars().all(|c| c.is_ascii_uppercase() || c == '_'), "{name}");
         }

@@ -27,9 +27,9 @@
 //! - `BENCH_SWITCHBOARD_BIN=path` runs another `switchboard` build (an earlier commit's) instead
 //!   of this one's, for a before/after in the same conditions.
 //! - `-- memory` runs section 3 alone (no nginx needed); `-- single` runs section 2 alone.
-//! - `-- load [raft|memory|cluster] [seconds]` runs one node (a lone Raft node, or the memory
-//!   store), or 3 Raft nodes behind nginx, under 64 clients for 20 s (or `seconds`), and prints
-//!   the pids first, to attach a profiler.
+//! - `-- load [raft|memory|cluster] [seconds] [1]` runs one node (a lone Raft node, or the
+//!   memory store), or 3 Raft nodes behind nginx, under 64 clients for 20 s (or `seconds`), and
+//!   prints the pids first, to attach a profiler; with `1`, one client for about that long.
 //! - `-- sustained [minutes]` runs the sustained-load check instead: 3 durable nodes behind
 //!   nginx, 64 clients for 15 minutes (or `minutes`), a row per 30 s window with throughput,
 //!   p50, p99, the longest round trip, each node's RSS and the data directories' size.
@@ -120,7 +120,7 @@ fn server_bin() -> PathBuf {
     std::env::var_os("BENCH_SWITCHBOARD_BIN").map_or_else(|| PathBuf::from(BIN), PathBuf::from)
 }
 
-fn spawn(program: &Path, args: &[String], dir: &Path, log: PathBuf) -> Proc {
+fn spawn(program: &Path, args: &[String], envs: &[(&str, String)], dir: &Path, log: PathBuf) -> Proc {
     let file = std::fs::File::create(&log).expect("log file");
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args).current_dir(dir).stdin(Stdio::null()).stdout(file.try_clone().expect("log file")).stderr(file).kill_on_drop(true);
@@ -130,7 +130,7 @@ fn spawn(program: &Path, args: &[String], dir: &Path, log: PathBuf) -> Proc {
             cmd.env_remove(key);
         }
     }
-    cmd.env("SWITCHBOARD_LOG", "warn").env("NO_COLOR", "1");
+    cmd.env("SWITCHBOARD_LOG", "warn").env("NO_COLOR", "1").envs(envs.iter().map(|(k, v)| (k, v)));
     let child = cmd.spawn().unwrap_or_else(|e| panic!("could not start {}: {e}", program.display()));
     Proc { child: Some(child), log }
 }
@@ -191,6 +191,11 @@ async fn start_raft_timing_out(http: &reqwest::Client, dir: &Path, size: usize, 
     std::fs::write(&key, random_hex()).unwrap();
     let ports = free_ports(3 * size);
     let peers: Vec<String> = (0..size).map(|i| format!("{i}=127.0.0.1:{}", ports[3 * i + 2])).collect();
+    // Replicas sharing this host get a share of its cores each, as a CPU limit would give them
+    // in a pod (an env var rather than the flag, so an earlier build given to compare with
+    // still starts).
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let envs = [("SWITCHBOARD_WORKER_THREADS", (cores / size).max(1).to_string())];
     let mut nodes = Vec::new();
     for i in 0..size {
         let (port, metrics_port, peer_port) = (ports[3 * i], ports[3 * i + 1], ports[3 * i + 2]);
@@ -219,7 +224,7 @@ async fn start_raft_timing_out(http: &reqwest::Client, dir: &Path, size: usize, 
             args.extend(["--encryption-key-file".into(), key.display().to_string()]);
         }
         args.extend(common_args(timeout));
-        let proc = spawn(&server_bin(), &args, dir, dir.join(format!("node{i}.log")));
+        let proc = spawn(&server_bin(), &args, &envs, dir, dir.join(format!("node{i}.log")));
         nodes.push(Node { port, metrics_port, proc });
     }
     wait_ready(http, &mut nodes).await;
@@ -239,7 +244,7 @@ async fn start_memory(http: &reqwest::Client, dir: &Path) -> Node {
         format!("127.0.0.1:{}", ports[1]),
     ];
     args.extend(common_args(ELICITATION_TIMEOUT));
-    let proc = spawn(&server_bin(), &args, dir, dir.join("memory.log"));
+    let proc = spawn(&server_bin(), &args, &[], dir, dir.join("memory.log"));
     let mut nodes = vec![Node { port: ports[0], metrics_port: ports[1], proc }];
     wait_ready(http, &mut nodes).await;
     nodes.pop().unwrap()
@@ -250,7 +255,7 @@ async fn start_memory(http: &reqwest::Client, dir: &Path) -> Node {
 async fn start_rmcp_reference(http: &reqwest::Client, dir: &Path) -> (Proc, String) {
     let port = free_ports(1)[0];
     let exe = std::env::current_exe().expect("the bench's own path");
-    let mut proc = spawn(&exe, &[REFERENCE_ARG.into(), format!("127.0.0.1:{port}")], dir, dir.join("rmcp-reference.log"));
+    let mut proc = spawn(&exe, &[REFERENCE_ARG.into(), format!("127.0.0.1:{port}")], &[], dir, dir.join("rmcp-reference.log"));
     let url = format!("http://127.0.0.1:{port}/mcp");
     let deadline = Instant::now() + Duration::from_secs(30);
     while let Err(e) = initialize(http, &url).await {
@@ -1063,16 +1068,20 @@ fn main() {
         if let Some(at) = args.iter().position(|a| a == "load") {
             // One node under 64 clients for a while, its pid printed: for a profiler.
             let store = args.get(at + 1).map_or("raft", String::as_str);
-            let seconds = args.get(at + 2).and_then(|s| s.parse().ok()).unwrap_or(20);
+            let seconds: u64 = args.get(at + 2).and_then(|s| s.parse().ok()).unwrap_or(20);
             let dir = tempfile::tempdir().unwrap();
+            let one_client = args.get(at + 3).is_some_and(|c| c == "1");
             let window = Duration::from_secs(seconds);
-            let sized = (20, TURN_SEQUENTIAL, window);
+            // One client makes a few hundred round trips a second: the sequential phase runs
+            // about `seconds`, and the 64-client phase only a moment.
+            let sized = if one_client { (20, seconds as usize * 400, Duration::from_secs(1)) } else { (20, TURN_SEQUENTIAL, window) };
+            let clients = if one_client { 1 } else { CONCURRENCY };
             if store == "cluster" {
                 let mut nodes = start_raft(&http, dir.path(), 3).await;
                 let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
                 let front = start_nginx(&http, nginx.as_ref().expect("the cluster load needs nginx"), &dir.path().join("nginx"), &ports).await;
                 let pids: Vec<u32> = nodes.iter().map(|n| n.proc.pid()).chain(front.pids()).collect();
-                println!("cluster pids {pids:?} (nodes, then nginx) for {seconds} s at {CONCURRENCY} clients");
+                println!("cluster pids {pids:?} (nodes, then nginx) for {seconds} s at {clients} clients");
                 let f = workload_sized(&http, &Route::one(&front.url), Wire::Session, &pids, sized).await;
                 row("3 nodes through nginx", &f);
                 drop(front);
@@ -1083,7 +1092,7 @@ fn main() {
                 "memory" => start_memory(&http, dir.path()).await,
                 _ => start_raft(&http, dir.path(), 1).await.remove(0),
             };
-            println!("{store} node pid {} for {seconds} s at {CONCURRENCY} clients", node.proc.pid());
+            println!("{store} node pid {} for {seconds} s at {clients} clients", node.proc.pid());
             let f = workload_sized(&http, &Route::one(&node.url()), Wire::Session, &[node.proc.pid()], sized).await;
             row(store, &f);
             node.proc.stop();

@@ -206,12 +206,40 @@ async fn bad_flags_are_refused_with_clear_errors() {
         (vec!["serve", "--allowed-origins", "*"], "* is not an origin"),
         (vec!["serve", "--allowed-origins", "https://app.example.com/"], "is not an origin: write http://HOST or https://HOST"),
         (vec!["serve", "--allowed-hosts", "mcp.example.com:8080"], "is not a host name"),
+        (vec!["serve", "--worker-threads", "0"], "0 is not in 1..=1024"),
         (vec!["cluster", "status"], "--cluster-secret-file is required"),
     ] {
         let out = Command::new(BIN).args(&args).current_dir(dir.path()).output().await.unwrap();
         assert!(!out.status.success(), "{args:?} should fail");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}
+
+/// `--worker-threads` sizes the runtime that serves (the bench's co-located cluster runs one
+/// worker per node).
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn worker_threads_sizes_the_runtime() {
+    for threads in [1, 3] {
+        let metrics = format!("127.0.0.1:{}", free_port());
+        let child = Command::new(BIN)
+            .args(["serve", "--store", "memory", "--node-id", "0", "--worker-threads", &threads.to_string()])
+            .args(["--listen", &format!("127.0.0.1:{}", free_port()), "--metrics-listen", &metrics])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let node = Node { child, peer: "(memory store)".into(), metrics };
+        wait_readyz(&node, 200, Duration::from_secs(20)).await;
+        let pid = node.child.id().unwrap();
+        let workers = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+            .filter(|comm| comm.trim() == "tokio-rt-worker")
+            .count();
+        assert_eq!(workers, threads, "--worker-threads {threads}");
     }
 }
 
