@@ -972,16 +972,21 @@ mod tests {
         assert_eq!(indexes(&store.try_get_log_entries(0..).await.unwrap()), vec![1, 2, 3, 4, 5]);
     }
 
+    /// A log in `dir` with `vote` and entries 1 to `entries`, shut down: its last segment.
+    async fn closed_log(dir: &Path, vote: Vote, entries: u64) -> PathBuf {
+        let mut store = LogStore::open(dir).unwrap();
+        store.save_vote(&vote).await.unwrap();
+        append_flushed(&mut store, (1..=entries).map(|i| sized_entry(i, 100)).collect()).await;
+        drop(store);
+        segment_files(dir).pop().unwrap()
+    }
+
     /// A crash (no shutdown) leaves the zeros after the last record: they end the log without
     /// a torn-record cut, and the next write goes where they start.
     #[tokio::test]
     async fn zeros_left_by_a_crash_end_the_log_and_are_written_over() {
         let dir = tempfile::tempdir().unwrap();
-        let mut store = LogStore::open(dir.path()).unwrap();
-        store.save_vote(&Vote::new(2, 1)).await.unwrap();
-        append_flushed(&mut store, (1..=3).map(|i| sized_entry(i, 100)).collect()).await;
-        drop(store);
-        let segment = segment_files(dir.path()).pop().unwrap();
+        let segment = closed_log(dir.path(), Vote::new(2, 1), 3).await;
         let records = file_len(&segment);
         OpenOptions::new().append(true).open(&segment).unwrap().write_all(&[0; 4096]).unwrap();
         let mut store = LogStore::open(dir.path()).unwrap();
@@ -1008,11 +1013,7 @@ mod tests {
     #[tokio::test]
     async fn a_torn_tail_is_dropped_and_every_flushed_entry_kept() {
         let dir = tempfile::tempdir().unwrap();
-        let mut store = LogStore::open(dir.path()).unwrap();
-        store.save_vote(&Vote::new(3, 1)).await.unwrap();
-        append_flushed(&mut store, (1..=5).map(|i| sized_entry(i, 100)).collect()).await;
-        drop(store);
-        let segment = segment_files(dir.path()).pop().unwrap();
+        let segment = closed_log(dir.path(), Vote::new(3, 1), 5).await;
         let whole = std::fs::metadata(&segment).unwrap().len();
         for torn in [
             // Half a header, half a payload, a payload with a flipped bit.
