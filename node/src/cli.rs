@@ -272,8 +272,8 @@ pub struct ServeArgs {
 
     /// Worker threads of the async runtime. By default one per CPU the process may use (a
     /// cgroup's CPU quota, as a pod's limit sets, included). Replicas sharing a host without
-    /// quotas each get a share: two workers per replica where three share two cores spend more
-    /// on waking each other than they run (the elicitation bench's cluster uses one each).
+    /// quotas should each get a share: three replicas with two workers each on two cores spent
+    /// a fifth of their CPU switching threads (the elicitation bench's cluster uses one each).
     #[arg(long, env = env::WORKER_THREADS, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub worker_threads: Option<u16>,
 }
