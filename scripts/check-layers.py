@@ -17,7 +17,7 @@ from pathlib import Path
 # Layer of each top-level module, bottom (0) up; a module may use only its own or lower layers.
 LAYERS = {
     "node/src": {
-        "clock": 0, "id128": 0, "tasks": 0, "protocol": 0,
+        "allocator": 0, "clock": 0, "id128": 0, "tasks": 0, "protocol": 0,
         "mailbox": 1, "mcp_tasks": 1, "session": 1, "metrics": 1,
         "peer": 2,
         "raft": 3,

@@ -31,6 +31,7 @@ pub mod session;
 pub mod tools;
 pub mod transport;
 
+mod allocator;
 mod cli;
 mod clock;
 mod dev;
