@@ -48,6 +48,10 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+// The allocator the `switchboard` binary ships with, so what runs in this process (here: the rmcp reference server) runs on it too.
+#[global_allocator]
+static ALLOCATOR: switchboard_node::allocator::Allocator = switchboard_node::allocator::Allocator;
+
 const BIN: &str = env!("CARGO_BIN_EXE_switchboard");
 const PROTOCOL_VERSION: &str = "2025-11-25";
 const MODERN_VERSION: &str = "2026-07-28";

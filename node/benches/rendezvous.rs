@@ -19,6 +19,10 @@ use std::time::{Duration, Instant};
 use switchboard_node::mailbox::{DeliverOutcome, Mailbox, MailboxKey, SessionTag, WaitOutcome};
 use switchboard_node::raft::{RaftMailbox, RaftNodeConfig};
 
+// The allocator the `switchboard` binary ships with, so what runs in this process (here: the Raft members) runs on it too.
+#[global_allocator]
+static ALLOCATOR: switchboard_node::allocator::Allocator = switchboard_node::allocator::Allocator;
+
 const LATENCY_SAMPLES: usize = 1000;
 const CONCURRENCY: usize = 64;
 const THROUGHPUT_WINDOW: Duration = Duration::from_secs(5);

@@ -642,7 +642,6 @@ async fn run(cli: Cli) -> Result<(), CliError> {
 }
 
 pub fn main() -> ExitCode {
-    crate::allocator::tune();
     let cli = Cli::parse();
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Command::Serve(ServeArgs { worker_threads: Some(threads), .. }) = &cli.command {

@@ -20,6 +20,7 @@
 //! integration tests and benches by the `testing` feature, so changing them never breaks a tool
 //! author's build.
 
+pub mod allocator;
 pub mod cluster;
 pub mod mailbox;
 pub mod mcp_tasks;
@@ -31,7 +32,6 @@ pub mod session;
 pub mod tools;
 pub mod transport;
 
-mod allocator;
 mod cli;
 mod clock;
 mod dev;

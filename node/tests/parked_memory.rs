@@ -2,9 +2,9 @@
 //! of a real `switchboard serve` process is measured while calls with a 1 MB argument are
 //! parked on an elicitation.
 //!
-//! glibc's malloc is started with a fixed mmap threshold (`GLIBC_TUNABLES`), so blocks of
-//! 64 KiB and more are mapped on their own and returned to the system when freed: what the
-//! process parses and copies on the way is not counted, only what it still holds.
+//! The binary's allocator (mimalloc) is started with no purge delay (`MIMALLOC_PURGE_DELAY=0`),
+//! so pages it frees go back to the system at once: what the process parses and copies on the
+//! way is not counted, only what it still holds.
 
 mod common;
 
@@ -33,7 +33,7 @@ async fn serve(dir: &std::path::Path) -> (Child, String) {
         .args(["--metrics-listen", &format!("127.0.0.1:{}", free_port())])
         .arg("--data-dir")
         .arg(dir)
-        .env("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=65536")
+        .env("MIMALLOC_PURGE_DELAY", "0")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(true)
