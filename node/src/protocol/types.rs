@@ -101,7 +101,7 @@ fn truncate_to(text: &mut String, max: usize) {
         end -= 1;
     }
     text.truncate(end);
-    text.shrink_to_fit();
+    *text = super::json_text::kept(std::mem::take(text));
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -6,6 +6,7 @@
 //! client stopped. The server can also end the current readers (SSE polling) while the stream
 //! goes on.
 
+use crate::protocol::json_text::kept;
 use crate::protocol::jsonrpc::Message;
 use crate::server::correlation::{IdSealer, SealedEvent};
 use crate::server::{OutboundSink, Outgoing, StreamClosed};
@@ -66,7 +67,8 @@ impl EventLog {
     }
 
     pub fn push(&self, message: &Message) {
-        let data = message.to_json().into_boxed_str();
+        // Kept while the stream is resumable (a parked call's request, for as long as it waits).
+        let data = kept(message.to_json()).into_boxed_str();
         let mut state = self.state.lock().unwrap();
         let seq = state.next_seq;
         state.next_seq += 1;
@@ -151,14 +153,22 @@ impl EventLog {
 
 /// One SSE event. `data` of `None` is the priming event: an id and an empty data field.
 fn encode_event(id: &str, data: Option<&str>, retry: Option<Duration>) -> Bytes {
-    let mut out = format!("id: {id}\n");
-    if let Some(retry) = retry {
-        out.push_str(&format!("retry: {}\n", retry.as_millis()));
+    let retry = retry.map(|r| format!("retry: {}\n", r.as_millis()));
+    let data = data.unwrap_or("");
+    // Sized exactly: grown by pushes, a large message was copied as the buffer grew, and the
+    // last push doubled it.
+    let mut out = String::with_capacity(4 + id.len() + 1 + retry.as_ref().map_or(0, String::len) + 6 + data.len() + 2);
+    out.push_str("id: ");
+    out.push_str(id);
+    out.push('\n');
+    if let Some(retry) = &retry {
+        out.push_str(retry);
     }
     // JSON from serde_json has no raw newlines, so one data line suffices.
     out.push_str("data: ");
-    out.push_str(data.unwrap_or(""));
+    out.push_str(data);
     out.push_str("\n\n");
+    debug_assert_eq!(out.len(), out.capacity(), "an SSE event is framed at its exact size");
     Bytes::from(out)
 }
 
@@ -366,6 +376,16 @@ mod tests {
         assert!(log.state.lock().unwrap().closed_at.is_none());
         drop(sink);
         assert!(log.state.lock().unwrap().closed_at.is_some());
+    }
+
+    #[test]
+    fn an_event_is_framed_with_its_id_optional_retry_and_one_data_line() {
+        let big = "x".repeat(100_000);
+        assert_eq!(&encode_event("e1", Some("{}"), None)[..], b"id: e1\ndata: {}\n\n");
+        assert_eq!(&encode_event("e2", None, Some(Duration::from_millis(1500)))[..], b"id: e2\nretry: 1500\ndata: \n\n");
+        let framed = encode_event("e3", Some(&big), Some(Duration::from_secs(2)));
+        assert_eq!(framed.len(), "id: e3\nretry: 2000\ndata: \n\n".len() + big.len());
+        assert!(framed.ends_with(b"\n\n") && framed.starts_with(b"id: e3\nretry: 2000\ndata: xxx"));
     }
 
     #[test]
