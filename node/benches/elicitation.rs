@@ -34,11 +34,15 @@
 //!   nginx, 64 clients for 15 minutes (or `minutes`), a row per 30 s window with throughput,
 //!   p50, p99, the longest round trip, each node's RSS and the data directories' size.
 
+#[path = "support/cpu.rs"]
+mod cpu;
 #[path = "../tests/common/nginx.rs"]
 #[allow(dead_code)]
 mod nginx;
 #[path = "reference/rmcp.rs"]
 mod rmcp_reference;
+
+use cpu::cpu_time;
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -302,22 +306,6 @@ async fn start_nginx(http: &reqwest::Client, nginx: &Path, dir: &Path, upstreams
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     front
-}
-
-/// CPU time (user + system) the processes `pids` have used so far.
-fn cpu_time(pids: &[u32]) -> Duration {
-    // Clock ticks of 10 ms (USER_HZ is 100 on Linux).
-    let ticks: u64 = pids
-        .iter()
-        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
-        .map(|stat| {
-            // Fields after the command (which may hold spaces): utime and stime are the 12th and 13th.
-            let rest = &stat[stat.rfind(')').map_or(0, |i| i + 2)..];
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            fields[11].parse::<u64>().unwrap_or(0) + fields[12].parse::<u64>().unwrap_or(0)
-        })
-        .sum();
-    Duration::from_millis(ticks * 10)
 }
 
 fn rss_kb(pid: u32) -> u64 {

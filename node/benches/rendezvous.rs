@@ -3,15 +3,19 @@
 //! Redis-based rendezvous (SET NX + LPUSH/BLPOP) for comparison.
 //!
 //! `cargo bench -p switchboard-node --bench rendezvous` (needs `redis-server` on PATH for the
-//! comparison; it is skipped otherwise). Prints figures; asserts nothing. The members talk to
+//! comparison; it is skipped otherwise). Prints figures (latency, pairs per second, and the CPU
+//! time per pair of every process taking part); asserts nothing. The members talk to
 //! each other directly over loopback (no test proxies) with the node's default timing.
 
 // The test harness; the benchmark uses only part of it.
 #[allow(dead_code)]
 #[path = "../tests/common/cluster.rs"]
 mod cluster;
+#[path = "support/cpu.rs"]
+mod cpu;
 
 use cluster::TestCluster;
+use cpu::cpu_time;
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,6 +36,9 @@ struct Figures {
     p50: Duration,
     p99: Duration,
     pairs_per_sec: f64,
+    /// CPU time (all the processes that take part: this one, and the Redis server) per pair in
+    /// the throughput window.
+    cpu_per_pair: Duration,
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -47,7 +54,8 @@ async fn round_trip(owner: &impl Mailbox, deliverer: &impl Mailbox) {
     assert!(matches!(woke.unwrap(), WaitOutcome::Delivered(_)));
 }
 
-async fn measure<M: Mailbox + Clone>(members: Vec<M>, owner: usize, deliverer: usize) -> Figures {
+/// `pids`: the processes whose CPU the rendezvous uses (this one always).
+async fn measure<M: Mailbox + Clone>(members: Vec<M>, owner: usize, deliverer: usize, pids: &[u32]) -> Figures {
     for _ in 0..50 {
         round_trip(&members[owner], &members[deliverer]).await;
     }
@@ -72,14 +80,16 @@ async fn measure<M: Mailbox + Clone>(members: Vec<M>, owner: usize, deliverer: u
             })
         })
         .collect();
-    let started = Instant::now();
+    let (started, cpu_before) = (Instant::now(), cpu_time(pids));
     for w in workers {
         w.await.unwrap();
     }
+    let pairs = done.load(Ordering::Relaxed);
     Figures {
         p50: percentile(&samples, 0.5),
         p99: percentile(&samples, 0.99),
-        pairs_per_sec: done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64(),
+        pairs_per_sec: pairs as f64 / started.elapsed().as_secs_f64(),
+        cpu_per_pair: cpu_time(pids).saturating_sub(cpu_before) / pairs.max(1) as u32,
     }
 }
 
@@ -141,7 +151,7 @@ async fn raft(n: usize) -> Figures {
     if n > 1 {
         phases(&members[owner], &members[deliverer], &members[leader]).await;
     }
-    let figures = measure(members, owner, deliverer).await;
+    let figures = measure(members, owner, deliverer, &[std::process::id()]).await;
     cluster.stop_all().await;
     figures
 }
@@ -237,17 +247,19 @@ async fn redis() -> Option<Figures> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let mailbox = redis_rendezvous::RedisMailbox { client, shared: shared? };
-    let figures = measure(vec![mailbox.clone(), mailbox], 0, 1).await;
+    let pids = [std::process::id(), server.id()?];
+    let figures = measure(vec![mailbox.clone(), mailbox], 0, 1, &pids).await;
     let _ = server.kill().await;
     Some(figures)
 }
 
 fn row(name: &str, f: &Figures) {
     println!(
-        "{name:<44} p50 {:>8.3} ms   p99 {:>8.3} ms   {:>9.0} pairs/s",
+        "{name:<44} p50 {:>8.3} ms   p99 {:>8.3} ms   {:>9.0} pairs/s   CPU per pair {:>4.0} us",
         f.p50.as_secs_f64() * 1e3,
         f.p99.as_secs_f64() * 1e3,
-        f.pairs_per_sec
+        f.pairs_per_sec,
+        f.cpu_per_pair.as_secs_f64() * 1e6
     );
 }
 
@@ -265,10 +277,11 @@ fn main() {
             Some(r) => {
                 row("redis SET NX + LPUSH/BLPOP (appendfsync everysec)", &r);
                 println!(
-                    "3-node raft vs redis: p50 x{:.2}, p99 x{:.2}, throughput x{:.2}",
+                    "3-node raft vs redis: p50 x{:.2}, p99 x{:.2}, throughput x{:.2}, CPU per pair x{:.2}",
                     three.p50.as_secs_f64() / r.p50.as_secs_f64(),
                     three.p99.as_secs_f64() / r.p99.as_secs_f64(),
-                    three.pairs_per_sec / r.pairs_per_sec
+                    three.pairs_per_sec / r.pairs_per_sec,
+                    three.cpu_per_pair.as_secs_f64() / r.cpu_per_pair.as_secs_f64()
                 );
             }
             None => println!("redis-server not found: comparison skipped (apt-get install redis-server)"),
