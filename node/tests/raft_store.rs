@@ -141,6 +141,41 @@ async fn values_the_owner_took_are_released_together() {
     cluster.stop_all().await;
 }
 
+/// An owner that takes more values in a window than one release entry names releases them all
+/// in the next window: released one entry a window, they fell further behind each second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_takes_in_a_window_than_one_release_names_are_all_released_in_the_next() {
+    use switchboard_node::raft::state_machine::{MAX_RELEASE_BATCH, MailboxState};
+    let mut cluster = TestCluster::start(1).await;
+    let mailbox = cluster.mailbox(0);
+    let keys: Vec<MailboxKey> = (0..4 * MAX_RELEASE_BATCH).map(|_| MailboxKey::random()).collect();
+    for chunk in keys.chunks(64) {
+        futures::future::join_all(chunk.iter().map(|key| async {
+            mailbox.create(key, SessionTag::default(), 0, Duration::from_secs(600)).await.unwrap();
+            mailbox.deliver(key, SessionTag::default(), None, json!("answer")).await.unwrap();
+        }))
+        .await;
+    }
+    // Every value taken at once: all the keys wait for the same release window.
+    let taken_at = tokio::time::Instant::now();
+    let outcomes = futures::future::join_all(keys.iter().map(|key| mailbox.wait(key, Duration::from_secs(5)))).await;
+    assert!(outcomes.into_iter().all(|o| o.unwrap() == WaitOutcome::Delivered(json!("answer"))));
+    let released = |cluster: &TestCluster| {
+        cluster.node(0).sm.read(|sm| keys.iter().filter(|k| sm.mailbox(k).unwrap().state == MailboxState::Taken).count())
+    };
+    while released(&cluster) < keys.len() {
+        let waited = taken_at.elapsed();
+        assert!(
+            waited < Duration::from_millis(2500),
+            "{} of {} taken values released after {waited:?} (one window is 1 s)",
+            released(&cluster),
+            keys.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cluster.stop_all().await;
+}
+
 fn record(id: &str) -> SessionRecord {
     SessionRecord {
         id: SessionId(id.into()),

@@ -74,12 +74,16 @@ impl RaftMailbox {
                         releases.proposing = false;
                         return;
                     }
-                    let n = releases.keys.len().min(MAX_RELEASE_BATCH);
-                    releases.keys.drain(..n).collect()
+                    std::mem::take(&mut releases.keys)
                 };
-                let count = keys.len();
-                if let Err(e) = store.node.propose(Command::MailboxRelease { keys }).await {
-                    tracing::debug!(error = %e, count, "release of taken values not committed; they go with their tombstones");
+                // All of the window's keys, a bounded entry at a time: one entry a window
+                // released at most MAX_RELEASE_BATCH values a second, and an owner taking more
+                // fell behind for good (a sustained run's tombstones and RSS grew from minute 4).
+                for batch in keys.chunks(MAX_RELEASE_BATCH) {
+                    let count = batch.len();
+                    if let Err(e) = store.node.propose(Command::MailboxRelease { keys: batch.to_vec() }).await {
+                        tracing::debug!(error = %e, count, "release of taken values not committed; they go with their tombstones");
+                    }
                 }
             }
         });
