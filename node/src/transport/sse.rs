@@ -155,21 +155,11 @@ impl EventLog {
 fn encode_event(id: &str, data: Option<&str>, retry: Option<Duration>) -> Bytes {
     let retry = retry.map(|r| format!("retry: {}\n", r.as_millis()));
     let data = data.unwrap_or("");
-    // Sized exactly: grown by pushes, a large message was copied as the buffer grew, and the
-    // last push doubled it.
-    let mut out = String::with_capacity(4 + id.len() + 1 + retry.as_ref().map_or(0, String::len) + 6 + data.len() + 2);
-    out.push_str("id: ");
-    out.push_str(id);
-    out.push('\n');
-    if let Some(retry) = &retry {
-        out.push_str(retry);
-    }
-    // JSON from serde_json has no raw newlines, so one data line suffices.
-    out.push_str("data: ");
-    out.push_str(data);
-    out.push_str("\n\n");
-    debug_assert_eq!(out.len(), out.capacity(), "an SSE event is framed at its exact size");
-    Bytes::from(out)
+    // One data line: JSON from serde_json has no raw newlines. `concat` allocates the frame at
+    // its exact size once; grown by pushes, a large message was copied as the buffer grew and
+    // the last push doubled it.
+    let frame = ["id: ", id, "\n", retry.as_deref().unwrap_or(""), "data: ", data, "\n\n"].concat();
+    Bytes::from(frame)
 }
 
 /// The [`Outbound`](crate::server::Outbound) of a stream: the producer writes into the log itself (no task or channel
