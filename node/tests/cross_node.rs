@@ -13,6 +13,17 @@ fn on(client: &RawClient, cluster: &McpCluster, i: usize) -> RawClient {
     RawClient { http: client.http.clone(), url: cluster.urls[i].clone(), session: client.session.clone() }
 }
 
+/// The status of ending the session through node `i`.
+async fn delete_on(client: &RawClient, cluster: &McpCluster, i: usize) -> u16 {
+    let res = client.http.delete(&cluster.urls[i]).header("mcp-session-id", client.session.clone().unwrap()).send().await.unwrap();
+    res.status().as_u16()
+}
+
+/// The status of a ping in the session, sent to node `i`.
+async fn ping_on(client: &RawClient, cluster: &McpCluster, i: usize) -> u16 {
+    on(client, cluster, i).post(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).send().await.unwrap().status().as_u16()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_made_on_one_node_works_on_every_node_at_once() {
     let mut cluster = McpCluster::start().await;
@@ -29,14 +40,47 @@ async fn a_session_made_on_one_node_works_on_every_node_at_once() {
     cluster.raft.node(2).linearize().await.unwrap();
     let messages = on(&client, &cluster, 2).request(11, "tools/call", json!({"name": "test_tool_with_logging", "arguments": {}})).await;
     assert!(messages.iter().all(|m| m["method"] != "notifications/message"), "info logs filtered: {messages:?}");
-    // DELETE on node 2 ends it everywhere, once each replica has applied the deletion (like the
-    // log level above: within the replication lag).
-    let res = client.http.delete(&cluster.urls[2]).header("mcp-session-id", client.session.clone().unwrap()).send().await.unwrap();
-    assert!(res.status().is_success());
+    // DELETE on node 2 ends it everywhere: once it has answered, every node answers 404.
+    assert_eq!(delete_on(&client, &cluster, 2).await, 204);
     for i in 0..3 {
-        cluster.raft.node(i).linearize().await.unwrap();
-        let res = on(&client, &cluster, i).post(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).send().await.unwrap();
-        assert_eq!(res.status(), 404, "node {i}");
+        assert_eq!(ping_on(&client, &cluster, i).await, 404, "node {i}");
+    }
+    cluster.raft.stop_all().await;
+}
+
+/// A session deleted through one node is unknown on every node the moment the DELETE has
+/// answered, without waiting for replication: a client behind a load balancer sends its next
+/// request wherever it lands (the conformance suite's `server-session-terminated-returns-404`).
+/// Each round deletes through a different node, so the deleting node is the leader in some and
+/// a follower (whose delete is forwarded) in others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_session_is_unknown_on_every_node_as_soon_as_the_delete_answers() {
+    let mut cluster = McpCluster::start().await;
+    for round in 0..120 {
+        let mut client = RawClient::new(&cluster.urls[round % 3]);
+        client.initialize().await;
+        let deleting = (round + 1) % 3;
+        assert_eq!(delete_on(&client, &cluster, deleting).await, 204, "round {round}");
+        for i in [(round + 2) % 3, deleting, round % 3] {
+            assert_eq!(ping_on(&client, &cluster, i).await, 404, "round {round}: node {i} still knew the session its DELETE ended");
+        }
+    }
+    cluster.raft.stop_all().await;
+}
+
+/// A DELETE does not wait on a member that cannot hear of it: with one follower cut off, the
+/// delete commits on the other two and answers, and both of them know the session is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_answers_while_a_follower_is_cut_off() {
+    let mut cluster = McpCluster::start().await;
+    let leader = cluster.raft.wait_for_leader(Duration::from_secs(10)).await;
+    let (other, cut) = ((leader + 1) % 3, (leader + 2) % 3);
+    let mut client = RawClient::new(&cluster.urls[other]);
+    client.initialize().await;
+    cluster.raft.partition(cut);
+    assert_eq!(delete_on(&client, &cluster, other).await, 204);
+    for i in [leader, other] {
+        assert_eq!(ping_on(&client, &cluster, i).await, 404, "node {i}");
     }
     cluster.raft.stop_all().await;
 }

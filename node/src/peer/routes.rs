@@ -15,6 +15,8 @@ pub const WRITE_STREAM: &str = "/raft/write-stream";
 pub const READ_INDEX: &str = "/raft/read-index";
 /// This replica's wall clock, for a leader checking the time it stamps (`crate::raft::clock`).
 pub const CLOCK: &str = "/raft/clock";
+/// Whether this replica has applied a log index (waiting for it up to the election timeout).
+pub const APPLIED: &str = "/raft/applied";
 
 /// The admin API (JSON), shared with the operator.
 pub use switchboard_contract::admin::{JOIN, LEARNERS, PROMOTE, REMOVE, STATUS, TRANSFER_LEADERSHIP};

@@ -20,7 +20,7 @@ use crate::mailbox::NodeId;
 use crate::metrics::Metrics;
 use crate::peer::PeerClient;
 use crate::peer::codec::encoded_len;
-use crate::peer::routes::{CLOCK, READ_INDEX};
+use crate::peer::routes::{APPLIED, CLOCK, READ_INDEX};
 use crate::tasks::TaskSet;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
@@ -34,6 +34,8 @@ use std::time::{Duration, Instant};
 /// Replication batches a follower may have unanswered: enough to keep it busy while the
 /// previous results travel back, few enough that it never holds much more than that.
 const IN_FLIGHT_BATCHES: usize = 4;
+/// How much longer than a member's own wait its answer to "applied yet?" is awaited.
+const APPLIED_REPLY_MARGIN: Duration = Duration::from_millis(200);
 /// How often a follower looks whether its leader lease is over.
 const DEAD_LEADER_POLL: Duration = Duration::from_millis(20);
 /// Up to this much later than the lease a follower asks for votes (two must not ask at once).
@@ -357,6 +359,38 @@ impl RaftNode {
         Err(RaftStoreError::Unavailable(format!("entry {index} not applied here within {:?}", self.config.write_timeout)))
     }
 
+    /// Wait until every other member (voters and learners) has applied `index`, each given the
+    /// election timeout: how many did not confirm it in time. A member that cannot hear of the
+    /// entry (cut off, down) costs that timeout once and is counted, not waited for.
+    pub(super) async fn applied_everywhere(&self, index: u64) -> usize {
+        let within = self.config.election_timeout;
+        let mut asked: FuturesUnordered<_> = self
+            .other_members(Members::All)
+            .into_iter()
+            // A moment longer than the member waits itself, so its `false` arrives in time.
+            .map(|addr| async move { self.client.rpc::<_, bool>(&addr, APPLIED, &index, within + APPLIED_REPLY_MARGIN).await })
+            .collect();
+        let mut unconfirmed = 0;
+        while let Some(answer) = asked.next().await {
+            if !matches!(answer, Ok(true)) {
+                unconfirmed += 1;
+            }
+        }
+        unconfirmed
+    }
+
+    /// The peer addresses of the other members of the current membership.
+    fn other_members(&self, which: Members) -> Vec<String> {
+        let receiver = self.raft.metrics();
+        let metrics = receiver.borrow_watched();
+        let membership = metrics.membership_config.membership();
+        let ids: Vec<NodeId> = match which {
+            Members::Voters => membership.voter_ids().collect(),
+            Members::All => membership.nodes().map(|(id, _)| *id).collect(),
+        };
+        ids.into_iter().filter(|id| *id != self.id).filter_map(|id| membership.get_node(&id).map(|n| n.addr.clone())).collect()
+    }
+
     /// The leader's read index: a log position covering every write committed before the call.
     /// A leader without a quorum cannot confirm it leads: refused after the write timeout.
     pub async fn leader_read_index(&self) -> Result<u64, Refusal> {
@@ -437,12 +471,7 @@ impl RaftNode {
         if let Some(agreed) = self.clock.agreed_now() {
             return Some(agreed);
         }
-        let others: Vec<String> = {
-            let receiver = self.raft.metrics();
-            let metrics = receiver.borrow_watched();
-            let membership = metrics.membership_config.membership();
-            membership.voter_ids().filter(|id| *id != self.id).filter_map(|id| membership.get_node(&id).map(|n| n.addr.clone())).collect()
-        };
+        let others = self.other_members(Members::Voters);
         let voters = others.len() + 1;
         let own = now_ms();
         let mut readings = vec![own];
@@ -469,6 +498,14 @@ impl RaftNode {
         }
         self.clock.agreed_now()
     }
+}
+
+/// Which members [`RaftNode::other_members`] lists.
+#[derive(Clone, Copy)]
+enum Members {
+    Voters,
+    /// Voters and learners.
+    All,
 }
 
 impl LeaderWrite for RaftNode {

@@ -6,7 +6,7 @@
 use super::messages::ReadIndexReply;
 use super::types::{TypeConfig, decode, encode};
 use super::{RaftNode, append_stream, forwarder, snapshot_stream};
-use crate::peer::routes::{APPEND, APPEND_STREAM, CLOCK, PRE_VOTE, READ_INDEX, SNAPSHOT, TRANSFER_LEADER, VOTE, WRITE_STREAM};
+use crate::peer::routes::{APPEND, APPEND_STREAM, APPLIED, CLOCK, PRE_VOTE, READ_INDEX, SNAPSHOT, TRANSFER_LEADER, VOTE, WRITE_STREAM};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Request, State};
@@ -29,6 +29,7 @@ pub fn router(node: Arc<RaftNode>) -> Router {
         .route(WRITE_STREAM, post(write_stream))
         .route(READ_INDEX, post(read_index))
         .route(CLOCK, post(clock))
+        .route(APPLIED, post(applied))
         .with_state(node)
 }
 
@@ -103,4 +104,14 @@ async fn read_index(State(node): Node) -> Response {
 /// This replica's wall clock, in milliseconds (see [`super::clock`]).
 async fn clock() -> Response {
     msgpack(&crate::clock::now_ms())
+}
+
+/// Whether this replica has applied the index in the body, waiting for it up to the election
+/// timeout (see [`RaftNode::applied_everywhere`]).
+async fn applied(State(node): Node, bytes: Bytes) -> Response {
+    let index: u64 = match body(&bytes, "log index") {
+        Ok(index) => index,
+        Err(r) => return r,
+    };
+    msgpack(&node.sm.applied_at_least(index, node.config.election_timeout).await)
 }

@@ -259,8 +259,17 @@ impl SessionStore for RaftSessions {
         }
     }
 
+    /// Answers once every reachable member has applied the delete: a client behind a load
+    /// balancer sends its next request to any node, and each must answer 404 by then (`get`
+    /// trusts a local hit). A member that does not confirm within the election timeout is
+    /// cut off or down; it learns of the delete when it catches up.
     async fn delete(&self, id: &SessionId) -> Result<bool, SessionError> {
-        let (response, _) = self.node.propose(Command::SessionDelete { id: id.clone() }).await?;
+        let (response, index) = self.node.propose(Command::SessionDelete { id: id.clone() }).await?;
+        self.node.wait_applied(index).await?;
+        let unconfirmed = self.node.applied_everywhere(index).await;
+        if unconfirmed > 0 {
+            tracing::warn!(index, unconfirmed, "session deleted; some members did not confirm applying it in time");
+        }
         Ok(response == Response::Session(true))
     }
 }
