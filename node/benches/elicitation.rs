@@ -1033,6 +1033,9 @@ fn dir_bytes(dir: &Path) -> u64 {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some(REFERENCE_ARG) {
+        // Set up as the switchboard binary sets itself up. Not in this process otherwise: the
+        // setting is inherited, and the nodes it starts (an earlier build too) set their own.
+        switchboard_node::allocator::tune();
         rmcp_reference::serve(args.get(2).expect("rmcp-reference <address>"));
         return;
     }

@@ -264,6 +264,8 @@ fn row(name: &str, f: &Figures) {
 }
 
 fn main() {
+    // The Raft members run in this process: set up as the switchboard binary sets itself up.
+    switchboard_node::allocator::tune();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         println!("rendezvous benchmark: {LATENCY_SAMPLES} sequential create+deliver+wake for latency, {CONCURRENCY} concurrent clients for {THROUGHPUT_WINDOW:?} for throughput");

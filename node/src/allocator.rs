@@ -16,7 +16,33 @@
 //! - 3 nodes behind nginx, 64 clients: 3,109 / 2,518 -> 3,160 / 2,920 trips/s (two pairs).
 //!
 //! A library user's own binary picks its allocator; this one is a re-export so the choice is
-//! made here, once.
+//! made here, once, and [`tune`] sets how it gets memory from the kernel.
+//!
+//! Why transparent huge pages are off: mimalloc asks for them (`madvise(MADV_HUGEPAGE)` on its
+//! arenas), and a first touch of such memory then makes the kernel zero a whole 2 MiB page in the
+//! faulting thread. A `perf` profile of a lone durable node at 64 clients had 7.7 % of its CPU in
+//! `clear_page_erms`, most of it under the snapshot build's fresh hash tables, and the stalls
+//! showed in the tail. Alternating 5 s runs of the elicitation bench's `load` modes, THP on ->
+//! off (the same binary, `MIMALLOC_ALLOW_THP=1` / `0`):
+//! - lone durable node at 64 clients: 9,086 / 9,233 -> 10,222 / 9,834 round trips/s, 0.133 /
+//!   0.131 -> 0.119 / 0.121 ms of server CPU per trip, p99 26.0 / 27.6 -> 11.9 / 13.3 ms;
+//! - 3 nodes behind nginx: p99 at 64 clients 52.8 / 52.7 -> 27.0 / 27.8 ms, CPU per trip at
+//!   one client 1.95 / 2.00 -> 1.75 / 1.75 ms, 4,053 / 3,790 -> 4,154 / 4,141 trips/s.
 
 /// The allocator type; `#[global_allocator] static A: Allocator = Allocator;` installs it.
 pub use mimalloc::MiMalloc as Allocator;
+
+/// mimalloc's own switch for transparent huge pages; when it is set, its value stands.
+const THP_OPTION: &str = "MIMALLOC_ALLOW_THP";
+
+/// Turn transparent huge pages off for this process (see above), unless [`THP_OPTION`] says
+/// otherwise; first thing in `main`. Where that cannot be done, the process runs as before.
+pub fn tune() {
+    #[cfg(target_os = "linux")]
+    if std::env::var_os(THP_OPTION).is_none()
+        && let Err(e) = rustix::thread::disable_transparent_huge_pages(true)
+    {
+        // Before logging is set up: said on stderr, once.
+        eprintln!("switchboard: could not turn transparent huge pages off ({e}); running with them");
+    }
+}

@@ -4,5 +4,6 @@ use switchboard_node::allocator::Allocator;
 static ALLOCATOR: Allocator = Allocator;
 
 fn main() -> std::process::ExitCode {
+    switchboard_node::allocator::tune();
     switchboard_node::run_cli()
 }

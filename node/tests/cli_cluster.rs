@@ -216,23 +216,33 @@ async fn bad_flags_are_refused_with_clear_errors() {
     }
 }
 
+/// A memory-store node serving (ready), started with `args` and `env` added.
+async fn memory_node(args: &[&str], env: &[(&str, &str)]) -> Node {
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let child = Command::new(BIN)
+        .args(["serve", "--store", "memory", "--node-id", "0"])
+        .args(["--listen", &format!("127.0.0.1:{}", free_port()), "--metrics-listen", &metrics])
+        .args(args)
+        // Only what a test passes decides the allocator's options, not the environment it runs in.
+        .env_remove("MIMALLOC_ALLOW_THP")
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let node = Node { child, peer: "(memory store)".into(), metrics };
+    wait_readyz(&node, 200, Duration::from_secs(20)).await;
+    node
+}
+
 /// `--worker-threads` sizes the runtime that serves (the bench's co-located cluster runs one
 /// worker per node).
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn worker_threads_sizes_the_runtime() {
     for threads in [1, 3] {
-        let metrics = format!("127.0.0.1:{}", free_port());
-        let child = Command::new(BIN)
-            .args(["serve", "--store", "memory", "--node-id", "0", "--worker-threads", &threads.to_string()])
-            .args(["--listen", &format!("127.0.0.1:{}", free_port()), "--metrics-listen", &metrics])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let node = Node { child, peer: "(memory store)".into(), metrics };
-        wait_readyz(&node, 200, Duration::from_secs(20)).await;
+        let node = memory_node(&["--worker-threads", &threads.to_string()], &[]).await;
         let pid = node.child.id().unwrap();
         let workers = std::fs::read_dir(format!("/proc/{pid}/task"))
             .unwrap()
@@ -241,6 +251,20 @@ async fn worker_threads_sizes_the_runtime() {
             .count();
         assert_eq!(workers, threads, "--worker-threads {threads}");
     }
+}
+
+/// The binary runs with transparent huge pages off (`allocator::tune`), unless mimalloc's own
+/// `MIMALLOC_ALLOW_THP` is set, whose value then stands.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn transparent_huge_pages_are_off_unless_the_allocator_option_is_set() {
+    let thp_enabled = |node: &Node| {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", node.child.id().unwrap())).unwrap();
+        let line = status.lines().find_map(|l| l.strip_prefix("THP_enabled:")).expect("the kernel reports THP_enabled");
+        line.trim().to_string()
+    };
+    assert_eq!(thp_enabled(&memory_node(&[], &[]).await), "0");
+    assert_eq!(thp_enabled(&memory_node(&[], &[("MIMALLOC_ALLOW_THP", "1")]).await), "1");
 }
 
 #[tokio::test]
