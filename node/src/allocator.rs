@@ -35,7 +35,7 @@ pub use mimalloc::MiMalloc as Allocator;
 /// mimalloc's own switch for transparent huge pages; when it is set, its value stands.
 const THP_OPTION: &str = "MIMALLOC_ALLOW_THP";
 
-/// Turn transparent huge pages off for this process (see above), unless [`THP_OPTION`] says
+/// Turn transparent huge pages off for this process (see above), unless `MIMALLOC_ALLOW_THP` says
 /// otherwise; first thing in `main`. Where that cannot be done, the process runs as before.
 pub fn tune() {
     #[cfg(target_os = "linux")]
