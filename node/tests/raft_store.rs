@@ -251,7 +251,7 @@ async fn peer_requests_without_the_secret_are_refused_and_change_nothing() {
         assert_eq!(cluster.metrics[0].peer_refused_count(reason), 6);
     }
     // Authenticated but malformed: 400, nothing applied.
-    for path in ["/raft/vote", "/raft/append", "/raft/snapshot"] {
+    for path in ["/raft/vote", "/raft/append", "/raft/snapshot", "/raft/applied"] {
         let res = http.post(format!("http://{addr}{path}")).bearer_auth(SECRET).body(vec![0xc1, 0x00, 0xff]).send().await.unwrap();
         assert_eq!(res.status(), 400, "{path}");
     }
