@@ -447,6 +447,18 @@ http {{
         want = set(labels.items())
         return sum(v for (n, pairs), v in self.metrics(node).items() if n == name and want <= set(pairs))
 
+    def nodes_per_session(self) -> dict[str, set[str]]:
+        """From nginx's access log: for each MCP session id, the replicas (x-switchboard-node)
+        that answered its requests."""
+        assert self.workdir
+        served: dict[str, set[str]] = {}
+        for line in (self.workdir / "nginx-access.log").read_text(errors="replace").splitlines():
+            fields = dict(part.split("=", 1) for part in line.split() if part.startswith(("node=", "session=")))
+            node, session = fields.get("node", "-"), fields.get("session", "-")
+            if node != "-" and session != "-":
+                served.setdefault(session, set()).add(node)
+        return served
+
     def logs(self, tail: int = 60) -> str:
         """The last `tail` lines of every node's log and of nginx's error log."""
         if not self.workdir:
