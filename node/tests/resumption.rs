@@ -56,6 +56,37 @@ async fn server_closes_the_stream_and_the_client_polls_for_the_result() {
     assert!(messages[0]["result"]["content"][0]["text"].as_str().unwrap().starts_with("Reconnection test completed"));
 }
 
+/// A finished call's stream stays resumable, but without the requests it sent: their call is
+/// over, so asking the client again would be for nothing (and the stream keeps less).
+#[tokio::test]
+async fn a_finished_stream_resumes_with_its_result_not_the_request_it_answered() {
+    let srv = start_default().await;
+    let mut client = RawClient::new(&srv.url);
+    client.initialize().await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "confirm", "arguments": {"action": "ship"}}});
+    let mut res = client.post(call.to_string()).send().await.unwrap();
+    let mut buffer = String::new();
+    let [priming, asked] = <[_; 2]>::try_from(read_events(&mut res, 2, &mut buffer).await).unwrap();
+    assert!(priming.data.is_empty(), "the priming event comes first: {priming:?}");
+    let request: serde_json::Value = serde_json::from_str(&asked.data).unwrap();
+    assert_eq!(request["method"], "elicitation/create");
+    drop(res);
+
+    let answer = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"action": "accept", "content": {"confirm": true}}});
+    assert_eq!(client.post(answer.to_string()).send().await.unwrap().status(), 202);
+    // Read on from the request to the end: the stream ends once the call has finished.
+    let mut after_request = client.get().header("last-event-id", asked.id.clone().unwrap()).send().await.unwrap();
+    let rest = data(&read_events(&mut after_request, usize::MAX, &mut String::new()).await);
+    assert_eq!(rest.len(), 1, "only the result follows the request: {rest:?}");
+    assert_eq!(rest[0]["result"]["structuredContent"]["answer"], "confirmed");
+
+    let mut from_start = client.get().header("last-event-id", priming.id.clone().unwrap()).send().await.unwrap();
+    assert_eq!(from_start.status(), 200);
+    let replayed = read_events(&mut from_start, usize::MAX, &mut String::new()).await;
+    assert_eq!(replayed.len(), 1, "the answered request is not asked again: {replayed:?}");
+    assert_eq!(data(&replayed), rest);
+}
+
 #[tokio::test]
 async fn another_sessions_or_malformed_event_ids_are_refused() {
     let srv = start_default().await;

@@ -20,9 +20,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, mpsc};
 
 struct LogState {
-    /// `(seq, data)`; `None` data is the priming event. Boxed text: kept for as long as the
-    /// stream can be resumed, without spare capacity.
-    events: VecDeque<(u64, Option<Box<str>>)>,
+    /// Boxed text: kept for as long as the stream can be resumed, without spare capacity.
+    events: VecDeque<Event>,
     next_seq: u64,
     /// When the producer finished; the stream stays resumable for the stream logs' retention.
     closed_at: Option<Instant>,
@@ -30,6 +29,32 @@ struct LogState {
     reader_generation: u64,
     /// Readers of older generations stop before this sequence number.
     disconnect_at: u64,
+}
+
+/// One event of a stream.
+struct Event {
+    seq: u64,
+    data: EventData,
+}
+
+enum EventData {
+    /// The priming event: an id and an empty data field.
+    Priming,
+    /// A request to the client. Dropped when the stream closes: the call that waited for its
+    /// answer is over, so replaying it to a resuming client would only ask again for nothing.
+    Request(Box<str>),
+    /// A notification, or the response that ends the stream.
+    Message(Box<str>),
+}
+
+impl EventData {
+    /// The SSE data field (empty for the priming event).
+    fn text(&self) -> Option<&str> {
+        match self {
+            EventData::Priming => None,
+            EventData::Request(text) | EventData::Message(text) => Some(text),
+        }
+    }
 }
 
 /// One resumable stream of events.
@@ -50,7 +75,7 @@ impl EventLog {
         // Room for the priming event and one more: a parked call's stream holds its request.
         let mut events = VecDeque::with_capacity(2);
         if priming {
-            events.push_back((0, None));
+            events.push_back(Event { seq: 0, data: EventData::Priming });
         }
         let state = LogState { events, next_seq: 1, closed_at: None, reader_generation: 0, disconnect_at: 0 };
         Arc::new(EventLog { stream, session, shared, state: Mutex::new(state), changed: Notify::new() })
@@ -68,11 +93,15 @@ impl EventLog {
 
     pub fn push(&self, message: &Message) {
         // Kept while the stream is resumable (a parked call's request, for as long as it waits).
-        let data = kept(message.to_json()).into_boxed_str();
+        let text = kept(message.to_json()).into_boxed_str();
+        let data = match message {
+            Message::Request { .. } => EventData::Request(text),
+            _ => EventData::Message(text),
+        };
         let mut state = self.state.lock().unwrap();
         let seq = state.next_seq;
         state.next_seq += 1;
-        state.events.push_back((seq, Some(data)));
+        state.events.push_back(Event { seq, data });
         if state.events.len() > self.shared.capacity {
             state.events.pop_front();
         }
@@ -87,12 +116,16 @@ impl EventLog {
         }
     }
 
-    /// No more events will come; readers end after the last one.
+    /// No more events will come; readers end after the last one. What stays for resumption
+    /// is the notifications and the response: the requests went with their call (under load a
+    /// closed stream's request was the larger part of what it kept, for its retention).
     pub fn close(&self) {
         let mut state = self.state.lock().unwrap();
         if state.closed_at.is_none() {
             let now = Instant::now();
             state.closed_at = Some(now);
+            state.events.retain(|event| !matches!(event.data, EventData::Request(_)));
+            state.events.shrink_to_fit();
             drop(state);
             self.shared.closings.lock().unwrap().push_back((now, self.stream));
         }
@@ -131,10 +164,10 @@ impl EventLog {
                 {
                     let state = log.state.lock().unwrap();
                     let disconnected = state.reader_generation != generation;
-                    let next = state.events.iter().find(|(seq, _)| *seq >= cursor);
+                    let next = state.events.iter().find(|event| event.seq >= cursor);
                     match next {
-                        Some((seq, data)) if !disconnected || *seq < state.disconnect_at => {
-                            let event = encode_event(&log.id(*seq), data.as_deref(), first.then_some(retry));
+                        Some(Event { seq, data }) if !disconnected || *seq < state.disconnect_at => {
+                            let event = encode_event(&log.id(*seq), data.text(), first.then_some(retry));
                             cursor = seq + 1;
                             drop(state);
                             return Some((Ok(event), (log.clone(), cursor, false)));
@@ -350,7 +383,7 @@ mod tests {
     }
 
     fn logged(log: &EventLog) -> Vec<String> {
-        log.state.lock().unwrap().events.iter().filter_map(|(_, data)| data.as_deref().map(str::to_owned)).collect()
+        log.state.lock().unwrap().events.iter().filter_map(|event| event.data.text().map(str::to_owned)).collect()
     }
 
     #[test]
@@ -384,6 +417,36 @@ mod tests {
         let sink = StreamSink::undecided(tx);
         drop(rx);
         assert_eq!(sink.send(note(1)), Err(StreamClosed));
+    }
+
+    #[tokio::test]
+    async fn a_closed_stream_keeps_its_notifications_and_response_under_their_ids_not_its_requests() {
+        use crate::protocol::jsonrpc::RequestId;
+        use futures::StreamExt;
+        let logs = stream_logs(Duration::from_secs(60));
+        let session = SessionId("s".into());
+        let log = logs.open(&session, true);
+        let ask = Message::request(RequestId::Number(7), "elicitation/create", json!({"message": "ship?"}));
+        let done = Message::response(RequestId::Number(1), json!({"ok": true}));
+        for message in [&progress(1), &ask, &progress(2), &done] {
+            log.push(message);
+        }
+        assert_eq!(logged(&log).len(), 4, "an open stream keeps its requests");
+        log.close();
+        assert_eq!(logged(&log), [progress(1), progress(2), done].map(|m| m.to_json()));
+
+        // A reader from the start (after the priming event) gets what is kept, each under the
+        // id it had when it was first sent.
+        let frames: Vec<Bytes> = log.reader(1, Duration::from_secs(1), Duration::from_secs(15)).map(|f| f.unwrap()).collect().await;
+        let ids: Vec<u64> = frames
+            .iter()
+            .map(|frame| {
+                let text = std::str::from_utf8(frame).unwrap();
+                let id = text.strip_prefix("id: ").unwrap().split('\n').next().unwrap();
+                logs.shared.sealer.open_event(id, "s").unwrap().seq
+            })
+            .collect();
+        assert_eq!(ids, [1, 3, 4]);
     }
 
     #[test]
