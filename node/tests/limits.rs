@@ -14,8 +14,7 @@ use switchboard_node::peer::{PeerClient, routes};
 use switchboard_node::protocol::jsonrpc::{INVALID_PARAMS, LIMIT_REACHED};
 use switchboard_node::protocol::types::{CapabilityFlags, MAX_CLIENT_INFO_FIELD_BYTES};
 use switchboard_node::raft::ClusterStatus;
-use switchboard_node::raft::state_machine::MailboxState;
-use switchboard_node::raft::types::encode;
+use switchboard_node::raft::state_machine::{MailboxState, snapshot};
 use switchboard_node::server::ServerConfig;
 use switchboard_node::server::correlation::IdSealer;
 use switchboard_node::session::SessionId;
@@ -57,7 +56,7 @@ impl McpCluster {
 
     /// The encoded size of member `i`'s replicated state (what a snapshot of it holds).
     fn state_bytes(&self, i: usize) -> usize {
-        self.raft.node(i).sm.read(|sm| encode(sm).len())
+        self.raft.node(i).sm.read(|sm| snapshot::encode(sm).len())
     }
 }
 
@@ -297,7 +296,7 @@ async fn a_delivered_answer_leaves_every_replica_once_its_owner_took_it() {
     // The owner took it: no replica keeps the value, each keeps the tombstone.
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
     for (i, empty) in empty.into_iter().enumerate() {
-        let states = || cluster.raft.node(i).sm.read(|sm| sm.mailboxes.values().map(|m| m.state.clone()).collect::<Vec<_>>());
+        let states = || cluster.raft.node(i).sm.read(|sm| sm.states().cloned().collect::<Vec<_>>());
         while states().iter().any(|s| matches!(s, MailboxState::Delivered(_))) {
             assert!(tokio::time::Instant::now() < deadline, "node {i} still holds the delivered value");
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;

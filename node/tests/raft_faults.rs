@@ -66,7 +66,7 @@ async fn deliver_many_padded(cluster: &TestCluster, via: usize, count: usize, pa
 /// took it) the tombstone of a delivered mailbox. Read from its state, not with a wait, which on
 /// the owner would take the value.
 fn assert_delivered(cluster: &TestCluster, member: usize, key: &MailboxKey, value: &serde_json::Value) {
-    match cluster.node(member).sm.read(|sm| sm.mailbox(key).map(|m| m.state.clone())) {
+    match cluster.node(member).sm.read(|sm| sm.state_of(key).cloned()) {
         Some(MailboxState::Delivered(held)) => assert_eq!(&held.decode(), value, "member {member} holds another value"),
         Some(MailboxState::Taken) => {}
         other => panic!("member {member} lost an acknowledged delivery: {other:?}"),

@@ -129,7 +129,7 @@ async fn values_the_owner_took_are_released_together() {
         cluster
             .node(0)
             .sm
-            .read(|sm| keys.iter().all(|k| sm.mailbox(k).unwrap().state == switchboard_node::raft::state_machine::MailboxState::Taken))
+            .read(|sm| keys.iter().all(|k| sm.state_of(k) == Some(&switchboard_node::raft::state_machine::MailboxState::Taken)))
     };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while !taken(&cluster) {
@@ -160,9 +160,8 @@ async fn more_takes_in_a_window_than_one_release_names_are_all_released_in_the_n
     let taken_at = tokio::time::Instant::now();
     let outcomes = futures::future::join_all(keys.iter().map(|key| mailbox.wait(key, Duration::from_secs(5)))).await;
     assert!(outcomes.into_iter().all(|o| o.unwrap() == WaitOutcome::Delivered(json!("answer"))));
-    let released = |cluster: &TestCluster| {
-        cluster.node(0).sm.read(|sm| keys.iter().filter(|k| sm.mailbox(k).unwrap().state == MailboxState::Taken).count())
-    };
+    let released =
+        |cluster: &TestCluster| cluster.node(0).sm.read(|sm| keys.iter().filter(|k| sm.state_of(k) == Some(&MailboxState::Taken)).count());
     while released(&cluster) < keys.len() {
         let waited = taken_at.elapsed();
         assert!(
@@ -289,7 +288,7 @@ async fn a_truncated_or_malformed_snapshot_stream_is_refused_and_changes_nothing
     let client = PeerClient::new(SECRET.into(), None, None);
     // A state that loads, announced by a leader of a later term: anything installed, or any
     // vote taken, would show in the term or the state.
-    let state = encode(&StateMachine::default());
+    let state = switchboard_node::raft::state_machine::snapshot::encode(&StateMachine::default());
     // Each case: the frames sent (encoded), then the end of the stream; what the refusal says.
     let begin =
         |size: usize| encode(&ToFollower::Begin { vote: Vote::new_committed(99, 5), meta: SnapshotMeta::default(), size: size as u64 });

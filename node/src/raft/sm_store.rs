@@ -174,7 +174,7 @@ impl StateMachineStore {
     /// that `apply` takes, so no wake-up can slip between the check and the registration).
     pub fn watch(&self, key: &MailboxKey) -> Watch {
         let mut inner = self.lock();
-        match inner.sm.mailbox(key).map(|m| settled(&m.state)) {
+        match inner.sm.state_of(key).map(settled) {
             None => Watch::Settled(WaitOutcome::NotFound),
             Some(Some(outcome)) => Watch::Settled(outcome),
             Some(None) => {
@@ -413,9 +413,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         // Waiters whose mailbox arrived settled in the snapshot wake now.
         let keys: Vec<MailboxKey> = inner.waiters.keys().cloned().collect();
         for key in keys {
-            let outcome = match inner.sm.mailbox(&key) {
+            let outcome = match inner.sm.state_of(&key) {
                 None => Some(WaitOutcome::NotFound),
-                Some(m) => settled(&m.state),
+                Some(state) => settled(state),
             };
             if let Some(outcome) = outcome
                 && let Some(waiters) = inner.waiters.remove(&key)

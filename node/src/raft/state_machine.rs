@@ -17,7 +17,7 @@ pub use crate::protocol::json_text::JsonText;
 use crate::protocol::types::LogLevel;
 use crate::session::{LimitReached, SessionId, SessionRecord, SubscriptionLimits};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 pub mod snapshot;
@@ -214,6 +214,34 @@ pub struct Mailbox {
     pub state: MailboxState,
 }
 
+/// What a mailbox that was answered and taken, or expired, leaves for late answers: whose
+/// session it was and how it ended. Under load nearly every record of the state is one of
+/// these, so it keeps no more: 40 bytes a record in its map, against 80 for a [`Mailbox`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Tombstone {
+    pub session: SessionTag,
+    pub ending: Ending,
+}
+
+/// How a mailbox with a [`Tombstone`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Ending {
+    Taken,
+    Expired,
+}
+
+impl Ending {
+    /// The state a reader of the mailbox sees.
+    fn state(self) -> &'static MailboxState {
+        static TAKEN: MailboxState = MailboxState::Taken;
+        static EXPIRED: MailboxState = MailboxState::Expired;
+        match self {
+            Ending::Taken => &TAKEN,
+            Ending::Expired => &EXPIRED,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Session {
     /// Shared with the requests that read it: a read hands out a pointer, and a change copies
@@ -254,22 +282,31 @@ pub struct StateSizes {
 }
 
 /// Everything replicated, and what a snapshot holds.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+///
+/// A mailbox's record is in [`Self::mailboxes`] while it waits or holds a value (pending, an
+/// early answer, a delivered value not taken yet) or was deleted, and in [`Self::tombstones`]
+/// once its value was taken or it expired. Under load nearly every record is a tombstone, and
+/// a snapshot build holds a second copy of the state: so tombstones are compact, and ordered by
+/// a deque rather than a tree (they are made in drop order, nearly always).
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct StateMachine {
     /// The latest leader time seen in the log; never goes back.
     pub now: Millis,
     /// Hashed, not ordered: looked up on every mailbox write (order lives in the sets below).
-    pub mailboxes: HashMap<MailboxKey, Mailbox>,
-    /// `(deadline, key)` of pending mailboxes, for expiry in deadline order.
+    mailboxes: HashMap<MailboxKey, Mailbox>,
+    /// `(deadline, key)` of pending mailboxes and early answers, for expiry in deadline order.
     pending_by_deadline: BTreeSet<(Millis, MailboxKey)>,
-    /// `(drop at, key)` of finished mailboxes, for forgetting them.
-    tombstones: BTreeSet<(Millis, MailboxKey)>,
+    /// `(drop at, key)` of the other records of `mailboxes` (delivered values not taken yet,
+    /// deleted mailboxes): they go at their deadline plus [`TOMBSTONE_RETENTION_MS`].
+    held_by_drop: BTreeSet<(Millis, MailboxKey)>,
+    tombstones: HashMap<MailboxKey, Tombstone>,
+    /// `(drop at, key)` of every tombstone, in that order.
+    tombstones_by_drop: VecDeque<(Millis, MailboxKey)>,
     pub sessions: BTreeMap<SessionId, Session>,
     sessions_by_expiry: BTreeSet<(Millis, SessionId)>,
     dedup: HashMap<WriteId, (Millis, Response)>,
     dedup_by_time: BTreeSet<(Millis, WriteId)>,
-    /// Tasks of the MCP Tasks extension (absent from snapshots of older versions: none).
-    #[serde(default)]
+    /// Tasks of the MCP Tasks extension.
     pub tasks: TaskTable,
 }
 
@@ -280,13 +317,17 @@ impl StateMachine {
         use sha2::{Digest, Sha256};
         let mut mailboxes: Vec<_> = self.mailboxes.iter().collect();
         mailboxes.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let mut tombstones: Vec<_> = self.tombstones.iter().collect();
+        tombstones.sort_unstable_by(|a, b| a.0.cmp(b.0));
         let mut dedup: Vec<_> = self.dedup.iter().collect();
         dedup.sort_unstable_by_key(|(write, _)| **write);
         let canonical = (
             self.now,
             mailboxes,
             &self.pending_by_deadline,
-            &self.tombstones,
+            &self.held_by_drop,
+            tombstones,
+            &self.tombstones_by_drop,
             &self.sessions,
             &self.sessions_by_expiry,
             dedup,
@@ -332,19 +373,26 @@ impl StateMachine {
                 break;
             }
             self.pending_by_deadline.pop_first();
-            if let Some(mailbox) = self.mailboxes.get_mut(&key) {
-                // An early delivery whose create never came expires like a pending mailbox.
-                mailbox.state = MailboxState::Expired;
-                self.tombstones.insert((deadline + TOMBSTONE_RETENTION_MS, key.clone()));
+            // An early delivery whose create never came expires like a pending mailbox.
+            if let Some(mailbox) = self.mailboxes.remove(&key) {
+                self.bury(key.clone(), Tombstone { session: mailbox.session, ending: Ending::Expired }, deadline + TOMBSTONE_RETENTION_MS);
                 wakes.push(Wake::Expired(key));
             }
         }
-        while let Some((drop_at, key)) = self.tombstones.first().cloned() {
+        while let Some((drop_at, key)) = self.held_by_drop.first().cloned() {
             if drop_at > now {
                 break;
             }
-            self.tombstones.pop_first();
+            self.held_by_drop.pop_first();
             self.mailboxes.remove(&key);
+        }
+        while let Some((drop_at, _)) = self.tombstones_by_drop.front() {
+            if *drop_at > now {
+                break;
+            }
+            if let Some((_, key)) = self.tombstones_by_drop.pop_front() {
+                self.tombstones.remove(&key);
+            }
         }
         while let Some((expires_at, id)) = self.sessions_by_expiry.first().cloned() {
             if expires_at > now {
@@ -363,14 +411,28 @@ impl StateMachine {
         }
     }
 
-    /// Retire a pending mailbox into a tombstone kept until its deadline plus retention.
+    /// Settle a mailbox that waits or holds a value (delivered, deleted): kept until its deadline
+    /// plus retention.
     fn finish(&mut self, key: &MailboxKey, state: MailboxState) {
         let Some(mailbox) = self.mailboxes.get_mut(key) else { return };
         if matches!(mailbox.state, MailboxState::Pending | MailboxState::Early(_)) {
             self.pending_by_deadline.remove(&(mailbox.deadline, key.clone()));
-            self.tombstones.insert((mailbox.deadline + TOMBSTONE_RETENTION_MS, key.clone()));
+            self.held_by_drop.insert((mailbox.deadline + TOMBSTONE_RETENTION_MS, key.clone()));
         }
         mailbox.state = state;
+    }
+
+    /// Keep `tombstone` for `key` until `drop_at`. In `(drop at, key)` order, as a tree would
+    /// keep it: an expiry's and a release's drop times follow log time, so the place is at or
+    /// near the end (a release after its deadline drops earlier than a minute after it).
+    fn bury(&mut self, key: MailboxKey, tombstone: Tombstone, drop_at: Millis) {
+        let entry = (drop_at, key);
+        let place = match self.tombstones_by_drop.back() {
+            Some(last) if *last > entry => self.tombstones_by_drop.partition_point(|queued| *queued < entry),
+            _ => self.tombstones_by_drop.len(),
+        };
+        self.tombstones.insert(entry.1.clone(), tombstone);
+        self.tombstones_by_drop.insert(place, entry);
     }
 
     fn execute(&mut self, command: &Command, wakes: &mut Vec<Wake>) -> Response {
@@ -378,6 +440,9 @@ impl StateMachine {
         match command {
             Command::Tick => Response::Done,
             Command::MailboxCreate { key, session, owner, ttl_ms } => {
+                if self.tombstones.contains_key(key) {
+                    return Response::Created(CreateOutcome::AlreadyExists);
+                }
                 let early = match self.mailboxes.get(key) {
                     None => None,
                     Some(Mailbox { state: MailboxState::Early(value), session: s, owner: o, deadline }) => {
@@ -399,7 +464,12 @@ impl StateMachine {
                 Response::Created(CreateOutcome::Created)
             }
             Command::MailboxDeliver { key, session, value, addressee } => {
-                let outcome = match self.mailboxes.get(key).map(|m| (&m.state, m.session == *session)) {
+                let record = match (self.mailboxes.get(key), self.tombstones.get(key)) {
+                    (Some(m), _) => Some((&m.state, m.session == *session)),
+                    (None, Some(t)) => Some((t.ending.state(), t.session == *session)),
+                    (None, None) => None,
+                };
+                let outcome = match record {
                     None => match addressee {
                         None => DeliverOutcome::NotFound,
                         Some(to) if to.deadline_ms <= now => DeliverOutcome::Expired,
@@ -442,15 +512,14 @@ impl StateMachine {
             }
             Command::MailboxRelease { keys } => {
                 for key in keys {
-                    if let Some(mailbox) = self.mailboxes.get_mut(key)
+                    if let Some(mailbox) = self.mailboxes.get(key)
                         && matches!(mailbox.state, MailboxState::Delivered(_))
                     {
-                        mailbox.state = MailboxState::Taken;
                         let until_deadline = mailbox.deadline + TOMBSTONE_RETENTION_MS;
-                        let drop_at = now.saturating_add(TAKEN_RETENTION_MS).min(until_deadline);
-                        if self.tombstones.remove(&(until_deadline, key.clone())) {
-                            self.tombstones.insert((drop_at, key.clone()));
-                        }
+                        let tombstone = Tombstone { session: mailbox.session, ending: Ending::Taken };
+                        self.mailboxes.remove(key);
+                        self.held_by_drop.remove(&(until_deadline, key.clone()));
+                        self.bury(key.clone(), tombstone, now.saturating_add(TAKEN_RETENTION_MS).min(until_deadline));
                     }
                 }
                 Response::Done
@@ -531,8 +600,22 @@ impl StateMachine {
         }
     }
 
+    /// The record of a mailbox that waits, holds a value or was deleted (not a tombstone's).
     pub fn mailbox(&self, key: &MailboxKey) -> Option<&Mailbox> {
         self.mailboxes.get(key)
+    }
+
+    /// The state of every mailbox the state knows of, tombstones included.
+    pub fn states(&self) -> impl Iterator<Item = &MailboxState> {
+        self.mailboxes.values().map(|m| &m.state).chain(self.tombstones.values().map(|t| t.ending.state()))
+    }
+
+    /// The state of a mailbox the state knows of, tombstones included.
+    pub fn state_of(&self, key: &MailboxKey) -> Option<&MailboxState> {
+        match self.mailboxes.get(key) {
+            Some(mailbox) => Some(&mailbox.state),
+            None => self.tombstones.get(key).map(|t| t.ending.state()),
+        }
     }
 
     pub fn session(&self, id: &SessionId) -> Option<&Session> {
@@ -548,9 +631,9 @@ impl StateMachine {
     /// snapshot grow with).
     pub fn sizes(&self) -> StateSizes {
         StateSizes {
-            mailboxes: self.mailboxes.len(),
+            mailboxes: self.mailboxes.len() + self.tombstones.len(),
             pending: self.pending_by_deadline.len(),
-            tombstones: self.tombstones.len(),
+            tombstones: self.held_by_drop.len() + self.tombstones.len(),
             sessions: self.sessions.len(),
             dedup: self.dedup.len(),
             tasks: self.tasks.len(),
@@ -562,7 +645,8 @@ impl StateMachine {
     pub fn next_expiry(&self) -> Option<Millis> {
         [
             self.pending_by_deadline.first().map(|(t, _)| *t),
-            self.tombstones.first().map(|(t, _)| *t),
+            self.held_by_drop.first().map(|(t, _)| *t),
+            self.tombstones_by_drop.front().map(|(t, _)| *t),
             self.sessions_by_expiry.first().map(|(t, _)| *t),
             self.dedup_by_time.first().map(|(t, _)| t + DEDUP_RETENTION_MS),
         ]
@@ -636,7 +720,7 @@ mod tests {
         assert_eq!(create(&mut sm, 1000, 1, 500), Response::Created(CreateOutcome::Created));
         deliver(&mut sm, 1001, 1, "v");
         assert_eq!(create(&mut sm, 1002, 1, 500), Response::Created(CreateOutcome::AlreadyExists));
-        assert_eq!(sm.mailbox(&key(1)).unwrap().state, MailboxState::Delivered(text("v")));
+        assert_eq!(sm.state_of(&key(1)), Some(&MailboxState::Delivered(text("v"))));
     }
 
     fn deliver_early(
@@ -657,7 +741,7 @@ mod tests {
         let mut sm = StateMachine::default();
         let tag = SessionTag::default();
         assert_eq!(deliver_early(&mut sm, 1000, 1, tag, 1, 5000, "early"), Response::Delivered(DeliverOutcome::Delivered));
-        assert_eq!(sm.mailbox(&key(1)).unwrap().state, MailboxState::Early(text("early")));
+        assert_eq!(sm.state_of(&key(1)), Some(&MailboxState::Early(text("early"))));
         // First value wins: a second answer is a duplicate, whether it names an addressee or not.
         assert_eq!(deliver_early(&mut sm, 1001, 1, tag, 1, 5000, "second"), Response::Delivered(DeliverOutcome::AlreadyDelivered));
         assert_eq!(deliver(&mut sm, 1002, 1, "third").0, Response::Delivered(DeliverOutcome::AlreadyDelivered));
@@ -679,7 +763,7 @@ mod tests {
             let (r, wakes) = sm.apply(&req(1001, Command::MailboxCreate { key: key(1), session: ours, owner: 1, ttl_ms: 500 }));
             assert_eq!(r, Response::Created(CreateOutcome::Created));
             assert!(wakes.is_empty());
-            assert_eq!(sm.mailbox(&key(1)).unwrap().state, MailboxState::Pending, "open for the real answer");
+            assert_eq!(sm.state_of(&key(1)), Some(&MailboxState::Pending), "open for the real answer");
             assert_eq!(sm.pending_mailboxes(), 1);
             let real = Command::MailboxDeliver { key: key(1), session: ours, value: text("real"), addressee: None };
             assert_eq!(sm.apply(&req(1002, real)).0, Response::Delivered(DeliverOutcome::Delivered));
@@ -692,15 +776,15 @@ mod tests {
         let tag = SessionTag::default();
         deliver_early(&mut sm, 1000, 1, tag, 1, 2000, "early");
         sm.apply(&req(2000, Command::Tick));
-        assert_eq!(sm.mailbox(&key(1)).unwrap().state, MailboxState::Expired);
+        assert_eq!(sm.state_of(&key(1)), Some(&MailboxState::Expired));
         assert_eq!(create(&mut sm, 2001, 1, 500), Response::Created(CreateOutcome::AlreadyExists), "too late to take it");
         // An answer whose deadline has passed in log time keeps nothing.
         assert_eq!(deliver_early(&mut sm, 2002, 2, tag, 1, 2002, "late"), Response::Delivered(DeliverOutcome::Expired));
-        assert!(sm.mailbox(&key(2)).is_none());
+        assert!(sm.state_of(&key(2)).is_none());
         // Without an addressee (entries of older versions) nothing is kept either.
         assert_eq!(deliver(&mut sm, 2003, 3, "x").0, Response::Delivered(DeliverOutcome::NotFound));
         sm.apply(&req(2000 + TOMBSTONE_RETENTION_MS, Command::Tick));
-        assert!(sm.mailbox(&key(1)).is_none(), "its tombstone goes with the others");
+        assert!(sm.state_of(&key(1)).is_none(), "its tombstone goes with the others");
     }
 
     #[test]
@@ -708,7 +792,7 @@ mod tests {
         let mut sm = StateMachine::default();
         deliver_early(&mut sm, 1000, 1, SessionTag::default(), 1, 5000, "early");
         sm.apply(&req(1001, Command::MailboxDelete { key: key(1) }));
-        assert_eq!(sm.mailbox(&key(1)).unwrap().state, MailboxState::Deleted);
+        assert_eq!(sm.state_of(&key(1)), Some(&MailboxState::Deleted));
         assert_eq!(sm.pending_mailboxes(), 0);
         assert_eq!(create(&mut sm, 1002, 1, 500), Response::Created(CreateOutcome::AlreadyExists));
     }
@@ -723,7 +807,7 @@ mod tests {
         let (r, wakes) = deliver(&mut sm, 1200, 1, "second");
         assert_eq!(r, Response::Delivered(DeliverOutcome::AlreadyDelivered));
         assert!(wakes.is_empty());
-        assert_eq!(sm.mailbox(&key(1)).unwrap().state, MailboxState::Delivered(text("first")));
+        assert_eq!(sm.state_of(&key(1)), Some(&MailboxState::Delivered(text("first"))));
         assert_eq!(deliver(&mut sm, 1300, 9, "x").0, Response::Delivered(DeliverOutcome::NotFound));
     }
 
@@ -769,7 +853,7 @@ mod tests {
         assert!(wakes.is_empty());
         sm.apply(&req(1003, Command::MailboxDelete { key: key(7) }));
         assert_eq!(deliver(&mut sm, 1004, 1, "v").0, Response::Delivered(DeliverOutcome::Deleted));
-        assert!(sm.mailbox(&key(7)).is_none(), "deleting an unknown key creates nothing");
+        assert!(sm.state_of(&key(7)).is_none(), "deleting an unknown key creates nothing");
     }
 
     #[test]
@@ -783,17 +867,17 @@ mod tests {
         let release = Command::MailboxRelease { keys: vec![key(1), key(2), key(9)] };
         let (response, wakes) = sm.apply(&req(1200, release));
         assert_eq!((response, wakes), (Response::Done, vec![]));
-        assert_eq!(sm.mailbox(&key(1)).unwrap().state, MailboxState::Taken);
+        assert_eq!(sm.state_of(&key(1)), Some(&MailboxState::Taken));
         assert!(encode(&sm).len() < 1_000, "the value is gone from the state");
-        assert_eq!(sm.mailbox(&key(2)).unwrap().state, MailboxState::Pending, "only delivered mailboxes are released");
-        assert!(sm.mailbox(&key(9)).is_none(), "releasing an unknown key creates nothing");
+        assert_eq!(sm.state_of(&key(2)), Some(&MailboxState::Pending), "only delivered mailboxes are released");
+        assert!(sm.state_of(&key(9)).is_none(), "releasing an unknown key creates nothing");
         // Invariant 2: a second delivery is still refused, and says why.
         assert_eq!(deliver(&mut sm, 1300, 1, "again").0, Response::Delivered(DeliverOutcome::AlreadyDelivered));
         // A delete does not turn it into another outcome; the tombstone goes at its time.
         sm.apply(&req(1301, Command::MailboxDelete { key: key(1) }));
-        assert_eq!(sm.mailbox(&key(1)).unwrap().state, MailboxState::Taken);
+        assert_eq!(sm.state_of(&key(1)), Some(&MailboxState::Taken));
         sm.apply(&req(1500 + TOMBSTONE_RETENTION_MS, Command::Tick));
-        assert!(sm.mailbox(&key(1)).is_none());
+        assert!(sm.state_of(&key(1)).is_none());
     }
 
     #[test]
@@ -809,8 +893,8 @@ mod tests {
         assert_eq!(deliver(&mut sm, 1200 + TAKEN_RETENTION_MS - 1, 1, "again").0, Response::Delivered(DeliverOutcome::AlreadyDelivered));
         assert_eq!(sm.next_expiry(), Some(1200 + TAKEN_RETENTION_MS));
         sm.apply(&req(1200 + TAKEN_RETENTION_MS, Command::Tick));
-        assert!(sm.mailbox(&key(1)).is_none(), "gone long before its deadline");
-        assert_eq!(sm.mailbox(&key(2)).unwrap().state, MailboxState::Delivered(text("w")), "a value not taken stays");
+        assert!(sm.state_of(&key(1)).is_none(), "gone long before its deadline");
+        assert_eq!(sm.state_of(&key(2)), Some(&MailboxState::Delivered(text("w"))), "a value not taken stays");
         // A copy of the answer after that, before the deadline, is kept for a create that
         // never comes, and goes at its deadline: the handler got the first value only.
         assert_eq!(
@@ -818,7 +902,80 @@ mod tests {
             Response::Delivered(DeliverOutcome::Delivered)
         );
         sm.apply(&req(1000 + hour, Command::Tick));
-        assert_eq!(sm.mailbox(&key(1)).unwrap().state, MailboxState::Expired);
+        assert_eq!(sm.state_of(&key(1)), Some(&MailboxState::Expired));
+    }
+
+    /// The tombstone queue is in `(drop at, key)` order and holds exactly the tombstones.
+    fn assert_tombstones_in_order(sm: &StateMachine) {
+        let queue: Vec<_> = sm.tombstones_by_drop.iter().cloned().collect();
+        assert!(queue.is_sorted(), "{queue:?}");
+        let keys: std::collections::HashSet<_> = queue.iter().map(|(_, k)| k.clone()).collect();
+        assert_eq!((keys.len(), queue.len()), (sm.tombstones.len(), sm.tombstones.len()));
+        assert!(keys.iter().all(|k| sm.tombstones.contains_key(k) && !sm.mailboxes.contains_key(k)));
+    }
+
+    #[test]
+    fn a_tombstone_that_drops_before_others_goes_at_its_time_whatever_order_it_came_in() {
+        let mut sm = StateMachine::default();
+        // Key 1's deadline passes while its value waits to be released; key 2 is taken before,
+        // key 3 expires meanwhile: key 1's release comes last but drops first.
+        create(&mut sm, 1000, 1, 500);
+        create(&mut sm, 1000, 2, 10_000);
+        create(&mut sm, 1200, 3, 500);
+        deliver(&mut sm, 1100, 1, "v");
+        deliver(&mut sm, 1300, 2, "w");
+        sm.apply(&req(1400, Command::MailboxRelease { keys: vec![key(2)] }));
+        sm.apply(&req(1700, Command::Tick));
+        sm.apply(&req(30_000, Command::MailboxRelease { keys: vec![key(1)] }));
+        let drops: Vec<_> = sm.tombstones_by_drop.iter().cloned().collect();
+        let release_2 = 1400 + TAKEN_RETENTION_MS;
+        let deadline_1 = 1500 + TOMBSTONE_RETENTION_MS;
+        let expiry_3 = 1700 + TOMBSTONE_RETENTION_MS;
+        assert_eq!(drops, vec![(release_2, key(2)), (deadline_1, key(1)), (expiry_3, key(3))]);
+        assert_tombstones_in_order(&sm);
+        for (at, gone) in [(release_2, 2), (deadline_1, 1), (expiry_3, 3)] {
+            sm.apply(&req(at - 1, Command::Tick));
+            assert!(sm.state_of(&key(gone)).is_some(), "key {gone} before {at}");
+            sm.apply(&req(at, Command::Tick));
+            assert!(sm.state_of(&key(gone)).is_none(), "key {gone} at {at}");
+        }
+        assert_eq!(sm.next_expiry(), None);
+    }
+
+    #[test]
+    fn taken_and_expired_mailboxes_become_compact_tombstones_and_other_records_stay_whole() {
+        assert!(std::mem::size_of::<(MailboxKey, Tombstone)>() * 2 <= std::mem::size_of::<(MailboxKey, Mailbox)>());
+        let mut sm = StateMachine::default();
+        let (ours, theirs) = (SessionTag([1; 16]), SessionTag([2; 16]));
+        for k in 1..=4 {
+            sm.apply(&req(1000, Command::MailboxCreate { key: key(k), session: ours, owner: 1, ttl_ms: 500 }));
+        }
+        for k in [1, 2] {
+            sm.apply(&req(1100, Command::MailboxDeliver { key: key(k), session: ours, value: text("v"), addressee: None }));
+        }
+        sm.apply(&req(1200, Command::MailboxRelease { keys: vec![key(1)] }));
+        sm.apply(&req(1300, Command::MailboxDelete { key: key(3) }));
+        sm.apply(&req(1500, Command::Tick));
+        // 1 taken and 4 expired: tombstones; 2 delivered and 3 deleted: whole records.
+        assert_eq!(sm.tombstones.keys().cloned().collect::<BTreeSet<_>>(), [key(1), key(4)].into());
+        assert_eq!(sm.mailboxes.keys().cloned().collect::<BTreeSet<_>>(), [key(2), key(3)].into());
+        assert_tombstones_in_order(&sm);
+        let sizes = sm.sizes();
+        assert_eq!((sizes.mailboxes, sizes.pending, sizes.tombstones), (4, 0, 4));
+        // A tombstone still says why to its own session, and nothing to another.
+        let late = |sm: &mut StateMachine, k, session| {
+            sm.apply(&req(1600, Command::MailboxDeliver { key: key(k), session, value: text("late"), addressee: None })).0
+        };
+        assert_eq!(late(&mut sm, 1, ours), Response::Delivered(DeliverOutcome::AlreadyDelivered));
+        assert_eq!(late(&mut sm, 4, ours), Response::Delivered(DeliverOutcome::Expired));
+        assert_eq!(late(&mut sm, 1, theirs), Response::Delivered(DeliverOutcome::WrongSession));
+        assert_eq!(late(&mut sm, 4, theirs), Response::Delivered(DeliverOutcome::WrongSession));
+        for k in [1, 4] {
+            assert_eq!(create(&mut sm, 1700, k, 500), Response::Created(CreateOutcome::AlreadyExists), "key {k}");
+            sm.apply(&req(1800, Command::MailboxDelete { key: key(k) }));
+            assert!(matches!(sm.state_of(&key(k)), Some(MailboxState::Taken | MailboxState::Expired)), "a delete leaves key {k} as it was");
+        }
+        assert_eq!(snapshot::decode(&encode(&sm)).unwrap(), sm);
     }
 
     #[test]
@@ -827,9 +984,9 @@ mod tests {
         create(&mut sm, 1000, 1, 500);
         deliver(&mut sm, 1100, 1, "v");
         sm.apply(&req(1500 + TOMBSTONE_RETENTION_MS - 1, Command::Tick));
-        assert!(sm.mailbox(&key(1)).is_some());
+        assert!(sm.state_of(&key(1)).is_some());
         sm.apply(&req(1500 + TOMBSTONE_RETENTION_MS, Command::Tick));
-        assert!(sm.mailbox(&key(1)).is_none());
+        assert!(sm.state_of(&key(1)).is_none());
         assert_eq!(sm.next_expiry(), None);
     }
 
@@ -935,8 +1092,7 @@ mod tests {
         assert!(ra.iter().any(|(r, _)| matches!(r, Response::Refused(_))), "the limits were reached on the way");
         assert!(a.sessions.values().any(|s| !s.record.subscriptions.is_empty()), "sessions with subscriptions in the snapshot");
         // A snapshot round trip is the same state.
-        let restored: StateMachine = rmp_serde::from_slice(&rmp_serde::to_vec_named(&a).unwrap()).unwrap();
-        assert_eq!(restored, a);
+        assert_eq!(snapshot::decode(&encode(&a)).unwrap(), a);
     }
 
     #[test]
@@ -953,7 +1109,7 @@ mod tests {
         }
         assert!(sm.now <= start + 10 * MAX_CLOCK_STEP_MS, "log time {} ran ahead", sm.now - start);
         assert!(sm.session(&SessionId("s".into())).is_some(), "the session did not expire early");
-        assert_eq!(sm.mailbox(&key(1)).unwrap().state, MailboxState::Pending);
+        assert_eq!(sm.state_of(&key(1)), Some(&MailboxState::Pending));
         // Within a step, an unchecked stamp is taken as it is; it never moves time back.
         let mut sm = StateMachine::default();
         sm.apply(&req(start, Command::Tick));

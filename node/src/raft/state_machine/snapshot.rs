@@ -20,18 +20,19 @@
 //! | the rest (sessions, tasks): len u64 + field-named MessagePack
 //! ```
 //!
+//! A tombstone (a taken or expired mailbox) keeps no owner or deadline: both are written as 0.
 //! Node ids (owner, origin) are LEB128 varints: one byte for ids below 128. A state is a tag byte, followed for `Early` and `Delivered` by the answer (len u32 + JSON
 //! text). A response is a byte, its place among the common ones, or 255 and its MessagePack
 //! (len u32 + bytes). Records are written in index order, so replicas at one index write the
 //! same bytes.
 
-use super::{Mailbox, MailboxState, Response, Session, StateMachine, WriteId};
+use super::{Ending, Mailbox, MailboxState, Millis, Response, Session, StateMachine, Tombstone, WriteId};
 use crate::mailbox::{CreateOutcome, DeliverOutcome, MailboxKey, SessionTag};
 use crate::mcp_tasks::table::TaskTable;
 use crate::protocol::json_text::JsonText;
 use crate::session::SessionId;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// The first bytes of a version 2 snapshot. `S` is a MessagePack positive integer, which no
 /// version 1 snapshot (a map) starts with.
@@ -44,6 +45,8 @@ pub enum SnapshotDecodeError {
     Truncated(usize),
     #[error("unknown mailbox state {tag} at byte {at}")]
     UnknownState { tag: u8, at: usize },
+    #[error("a {state} mailbox among the {section} ones")]
+    Misplaced { state: &'static str, section: &'static str },
     #[error("a number longer than 64 bits at byte {0}")]
     BadNumber(usize),
     #[error("unknown write outcome {tag} at byte {at}")]
@@ -85,16 +88,21 @@ pub fn encode(sm: &StateMachine) -> Vec<u8> {
     let mut out = Vec::with_capacity(64 + 64 * sm.mailboxes.len() + 48 * sm.dedup.len());
     out.extend_from_slice(MAGIC);
     put_u64(&mut out, sm.now);
-    // Every mailbox is in exactly one of the two index sets (pending and early ones by
-    // deadline, the rest by drop time), an invariant of the state machine that its tests
-    // check: written from them, in their order.
+    // Every mailbox is in exactly one of the three indexes (pending and early ones by deadline,
+    // the rest of `mailboxes` and the tombstones by drop time), an invariant of the state
+    // machine that its tests check: written from them, in their order.
     put_u64(&mut out, sm.pending_by_deadline.len() as u64);
     for (_, key) in &sm.pending_by_deadline {
         put_mailbox(&mut out, key, &sm.mailboxes[key]);
     }
-    put_u64(&mut out, sm.tombstones.len() as u64);
-    for (drop_at, key) in &sm.tombstones {
+    put_u64(&mut out, (sm.held_by_drop.len() + sm.tombstones_by_drop.len()) as u64);
+    for (drop_at, key) in &sm.held_by_drop {
         put_mailbox(&mut out, key, &sm.mailboxes[key]);
+        put_u64(&mut out, *drop_at);
+    }
+    for (drop_at, key) in &sm.tombstones_by_drop {
+        let Tombstone { session, ending } = sm.tombstones[key];
+        put_mailbox(&mut out, key, &Mailbox { owner: 0, session, deadline: 0, state: ending.state().clone() });
         put_u64(&mut out, *drop_at);
     }
     put_u64(&mut out, sm.dedup_by_time.len() as u64);
@@ -113,7 +121,7 @@ pub fn encode(sm: &StateMachine) -> Vec<u8> {
 /// The state of snapshot data of either version.
 pub fn decode(data: &[u8]) -> Result<StateMachine, SnapshotDecodeError> {
     let Some(body) = data.strip_prefix(MAGIC.as_slice()) else {
-        return Ok(crate::peer::codec::decode(data)?);
+        return from_version_1(crate::peer::codec::decode(data)?);
     };
     let mut r = Reader { data: body, at: 0 };
     let mut sm = StateMachine { now: r.u64()?, ..StateMachine::default() };
@@ -123,15 +131,13 @@ pub fn decode(data: &[u8]) -> Result<StateMachine, SnapshotDecodeError> {
     sm.mailboxes.reserve(most(pending, MAILBOX_BYTES));
     for _ in 0..pending {
         let (key, mailbox) = r.mailbox()?;
-        sm.pending_by_deadline.insert((mailbox.deadline, key.clone()));
-        sm.mailboxes.insert(key, mailbox);
+        restore_waiting(&mut sm, key, mailbox)?;
     }
     let finished = r.u64()?;
-    sm.mailboxes.reserve(most(finished, MAILBOX_BYTES));
+    sm.tombstones.reserve(most(finished, MAILBOX_BYTES));
     for _ in 0..finished {
         let (key, mailbox) = r.mailbox()?;
-        sm.tombstones.insert((r.u64()?, key.clone()));
-        sm.mailboxes.insert(key, mailbox);
+        restore_finished(&mut sm, key, mailbox, r.u64()?)?;
     }
     let writes = r.u64()?;
     sm.dedup.reserve(most(writes, WRITE_BYTES));
@@ -151,6 +157,78 @@ pub fn decode(data: &[u8]) -> Result<StateMachine, SnapshotDecodeError> {
         0 => Ok(sm),
         left => Err(SnapshotDecodeError::TrailingBytes(left)),
     }
+}
+
+/// Put back a pending mailbox or an early answer.
+fn restore_waiting(sm: &mut StateMachine, key: MailboxKey, mailbox: Mailbox) -> Result<(), SnapshotDecodeError> {
+    if !matches!(mailbox.state, MailboxState::Pending | MailboxState::Early(_)) {
+        return Err(SnapshotDecodeError::Misplaced { state: state_name(&mailbox.state), section: "pending" });
+    }
+    sm.pending_by_deadline.insert((mailbox.deadline, key.clone()));
+    sm.mailboxes.insert(key, mailbox);
+    Ok(())
+}
+
+/// Put back a finished mailbox, kept until `drop_at`: a delivered value or a deleted mailbox
+/// whole, a taken or expired one as a tombstone.
+fn restore_finished(sm: &mut StateMachine, key: MailboxKey, mailbox: Mailbox, drop_at: Millis) -> Result<(), SnapshotDecodeError> {
+    let ending = match mailbox.state {
+        MailboxState::Delivered(_) | MailboxState::Deleted => {
+            sm.held_by_drop.insert((drop_at, key.clone()));
+            sm.mailboxes.insert(key, mailbox);
+            return Ok(());
+        }
+        MailboxState::Taken => Ending::Taken,
+        MailboxState::Expired => Ending::Expired,
+        MailboxState::Pending | MailboxState::Early(_) => {
+            return Err(SnapshotDecodeError::Misplaced { state: state_name(&mailbox.state), section: "finished" });
+        }
+    };
+    sm.bury(key, Tombstone { session: mailbox.session, ending }, drop_at);
+    Ok(())
+}
+
+fn state_name(state: &MailboxState) -> &'static str {
+    match state {
+        MailboxState::Pending => "pending",
+        MailboxState::Early(_) => "early",
+        MailboxState::Delivered(_) => "delivered",
+        MailboxState::Taken => "taken",
+        MailboxState::Expired => "expired",
+        MailboxState::Deleted => "deleted",
+    }
+}
+
+/// A version 1 snapshot: the state as it was then laid out, field-named (the indexes it also
+/// holds are rebuilt).
+#[derive(Deserialize)]
+struct Version1 {
+    now: Millis,
+    mailboxes: HashMap<MailboxKey, Mailbox>,
+    /// `(drop at, key)` of the finished mailboxes.
+    tombstones: BTreeSet<(Millis, MailboxKey)>,
+    sessions: BTreeMap<SessionId, Session>,
+    dedup: HashMap<WriteId, (Millis, Response)>,
+    dedup_by_time: BTreeSet<(Millis, WriteId)>,
+    /// Absent from snapshots of versions before the Tasks extension: none.
+    #[serde(default)]
+    tasks: TaskTable,
+}
+
+fn from_version_1(old: Version1) -> Result<StateMachine, SnapshotDecodeError> {
+    let Version1 { now, mut mailboxes, tombstones, sessions, dedup, dedup_by_time, tasks } = old;
+    let mut sm = StateMachine { now, dedup, dedup_by_time, tasks, ..StateMachine::default() };
+    for (drop_at, key) in tombstones {
+        if let Some(mailbox) = mailboxes.remove(&key) {
+            restore_finished(&mut sm, key, mailbox, drop_at)?;
+        }
+    }
+    for (key, mailbox) in mailboxes {
+        restore_waiting(&mut sm, key, mailbox)?;
+    }
+    sm.sessions_by_expiry = sessions.iter().map(|(id, session)| (session.expires_at, id.clone())).collect();
+    sm.sessions = sessions;
+    Ok(sm)
 }
 
 fn put_u64(out: &mut Vec<u8>, value: u64) {
@@ -307,6 +385,38 @@ mod tests {
         JsonText::from(&serde_json::Value::String(value.into()))
     }
 
+    /// `sm` as a version 1 snapshot: the field-named layout of the state before tombstones were
+    /// kept apart (every finished mailbox a whole record, in one set by drop time).
+    fn version_1(sm: &StateMachine) -> Vec<u8> {
+        #[derive(Serialize)]
+        struct Version1Out<'a> {
+            now: Millis,
+            mailboxes: HashMap<MailboxKey, Mailbox>,
+            pending_by_deadline: &'a BTreeSet<(Millis, MailboxKey)>,
+            tombstones: BTreeSet<(Millis, MailboxKey)>,
+            sessions: &'a BTreeMap<SessionId, Session>,
+            sessions_by_expiry: &'a BTreeSet<(Millis, SessionId)>,
+            dedup: &'a HashMap<WriteId, (Millis, Response)>,
+            dedup_by_time: &'a BTreeSet<(Millis, WriteId)>,
+            tasks: &'a TaskTable,
+        }
+        let mut mailboxes = sm.mailboxes.clone();
+        for (key, t) in &sm.tombstones {
+            mailboxes.insert(key.clone(), Mailbox { owner: 7, session: t.session, deadline: 1, state: t.ending.state().clone() });
+        }
+        crate::peer::codec::encode(&Version1Out {
+            now: sm.now,
+            mailboxes,
+            pending_by_deadline: &sm.pending_by_deadline,
+            tombstones: sm.held_by_drop.iter().chain(&sm.tombstones_by_drop).cloned().collect(),
+            sessions: &sm.sessions,
+            sessions_by_expiry: &sm.sessions_by_expiry,
+            dedup: &sm.dedup,
+            dedup_by_time: &sm.dedup_by_time,
+            tasks: &sm.tasks,
+        })
+    }
+
     fn record(id: &str) -> SessionRecord {
         SessionRecord {
             id: SessionId(id.into()),
@@ -374,7 +484,7 @@ mod tests {
             assert_eq!(back.digest(), sm.digest());
         }
         let sm = busy_state(2_000);
-        let states: Vec<_> = sm.mailboxes.values().map(|m| std::mem::discriminant(&m.state)).collect();
+        let states: Vec<_> = sm.states().map(std::mem::discriminant).collect();
         for state in [
             MailboxState::Pending,
             MailboxState::Early(text("")),
@@ -397,8 +507,7 @@ mod tests {
     #[test]
     fn a_version_1_snapshot_still_reads() {
         let sm = busy_state(1_000);
-        let version_1 = crate::peer::codec::encode(&sm);
-        assert_eq!(decode(&version_1).unwrap(), sm);
+        assert_eq!(decode(&version_1(&sm)).unwrap(), sm);
     }
 
     #[test]
@@ -424,7 +533,7 @@ mod tests {
             });
             sm.apply(&Request { now, clock_agreed: true, write: None, command: Command::MailboxRelease { keys: vec![key] } });
         }
-        let (version_1, version_2) = (crate::peer::codec::encode(&sm).len(), encode(&sm).len());
+        let (version_1, version_2) = (version_1(&sm).len(), encode(&sm).len());
         assert!(version_2 * 3 < version_1, "version 2: {version_2} bytes, version 1: {version_1}");
     }
 
@@ -456,6 +565,30 @@ mod tests {
     }
 
     #[test]
+    fn a_waiting_mailbox_among_the_finished_ones_is_refused() {
+        let mut sm = StateMachine::default();
+        sm.apply(&Request {
+            now: 1000,
+            clock_agreed: true,
+            write: None,
+            command: Command::MailboxCreate { key: MailboxKey::from_bits(1), session: SessionTag::default(), owner: 1, ttl_ms: 500 },
+        });
+        let mut data = Vec::from(*MAGIC);
+        put_u64(&mut data, sm.now);
+        put_u64(&mut data, 0);
+        put_u64(&mut data, 1);
+        put_mailbox(&mut data, &MailboxKey::from_bits(1), sm.mailbox(&MailboxKey::from_bits(1)).unwrap());
+        put_u64(&mut data, 61_500);
+        put_u64(&mut data, 0);
+        let rest = crate::peer::codec::encode(&RestOut { sessions: &sm.sessions, tasks: &sm.tasks });
+        put_u64(&mut data, rest.len() as u64);
+        data.extend_from_slice(&rest);
+        let error = decode(&data).unwrap_err();
+        assert!(matches!(error, SnapshotDecodeError::Misplaced { state: "pending", section: "finished" }), "{error:?}");
+        assert_eq!(error.to_string(), "a pending mailbox among the finished ones");
+    }
+
+    #[test]
     fn damaged_data_is_an_error_not_a_panic_or_a_guess() {
         let data = encode(&busy_state(300));
         for cut in (MAGIC.len()..data.len()).step_by(7) {
@@ -472,6 +605,18 @@ mod tests {
         let tag_at = MAGIC.len() + 8 + 8 + 16 + 1 + 16 + 8;
         bad_state[tag_at] = 9;
         assert!(matches!(decode(&bad_state), Err(SnapshotDecodeError::UnknownState { tag: 9, .. })), "{:?}", decode(&bad_state).err());
+        // A finished state among the pending mailboxes would be indexed for expiry it cannot
+        // have: refused, not put where no index finds it.
+        let pending_tag = data[tag_at];
+        assert!(pending_tag == PENDING || pending_tag == EARLY);
+        for finished in [TAKEN, EXPIRED, DELETED] {
+            bad_state[tag_at] = finished;
+            assert!(
+                matches!(decode(&bad_state), Err(SnapshotDecodeError::Misplaced { section: "pending", .. })),
+                "{:?}",
+                decode(&bad_state).err()
+            );
+        }
         // A count far beyond the data reserves no more than the data could hold, and fails.
         let mut huge_count = data;
         huge_count[MAGIC.len() + 8..MAGIC.len() + 16].copy_from_slice(&u64::MAX.to_le_bytes());
