@@ -181,6 +181,47 @@ pub enum Response {
     TasksFailed(usize),
 }
 
+/// The responses nearly every remembered write has (a create's, a delivery's): a remembered
+/// write keeps its place here instead (a snapshot writes the same).
+pub(super) static COMMON_RESPONSES: [Response; 11] = [
+    Response::Done,
+    Response::Created(CreateOutcome::Created),
+    Response::Created(CreateOutcome::AlreadyExists),
+    Response::Delivered(DeliverOutcome::Delivered),
+    Response::Delivered(DeliverOutcome::AlreadyDelivered),
+    Response::Delivered(DeliverOutcome::Expired),
+    Response::Delivered(DeliverOutcome::Deleted),
+    Response::Delivered(DeliverOutcome::NotFound),
+    Response::Delivered(DeliverOutcome::WrongSession),
+    Response::Session(true),
+    Response::Session(false),
+];
+
+/// A write's response, remembered for its retries: half the size of a [`Response`], and there
+/// is one per write of the last [`DEDUP_RETENTION_MS`] (under load, a large part of the state).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum Remembered {
+    /// Its place in [`COMMON_RESPONSES`].
+    Common(u8),
+    Other(Box<Response>),
+}
+
+impl Remembered {
+    pub fn of(response: &Response) -> Self {
+        match COMMON_RESPONSES.iter().position(|common| common == response) {
+            Some(place) => Remembered::Common(place as u8),
+            None => Remembered::Other(Box::new(response.clone())),
+        }
+    }
+
+    pub fn response(&self) -> Response {
+        match self {
+            Remembered::Common(place) => COMMON_RESPONSES[usize::from(*place)].clone(),
+            Remembered::Other(response) => Response::clone(response),
+        }
+    }
+}
+
 /// A change waiters on some node may be parked on.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Wake {
@@ -304,8 +345,9 @@ pub struct StateMachine {
     tombstones_by_drop: VecDeque<(Millis, MailboxKey)>,
     pub sessions: BTreeMap<SessionId, Session>,
     sessions_by_expiry: BTreeSet<(Millis, SessionId)>,
-    dedup: HashMap<WriteId, (Millis, Response)>,
-    dedup_by_time: BTreeSet<(Millis, WriteId)>,
+    dedup: HashMap<WriteId, Remembered>,
+    /// `(applied at, write)` of every remembered write, in that order.
+    dedup_by_time: VecDeque<(Millis, WriteId)>,
     /// Tasks of the MCP Tasks extension.
     pub tasks: TaskTable,
 }
@@ -342,14 +384,13 @@ impl StateMachine {
         let mut wakes = Vec::new();
         self.advance(self.log_time_after(request), &mut wakes);
         if let Some(write) = request.write
-            && let Some((_, response)) = self.dedup.get(&write)
+            && let Some(remembered) = self.dedup.get(&write)
         {
-            return (response.clone(), wakes);
+            return (remembered.response(), wakes);
         }
         let response = self.execute(&request.command, &mut wakes);
         if let Some(write) = request.write {
-            self.dedup.insert(write, (self.now, response.clone()));
-            self.dedup_by_time.insert((self.now, write));
+            self.remember(write, Remembered::of(&response), self.now);
         }
         (response, wakes)
     }
@@ -402,11 +443,11 @@ impl StateMachine {
             self.sessions.remove(&id);
         }
         self.tasks.expire(now);
-        while let Some((at, write)) = self.dedup_by_time.first().copied() {
+        while let Some(&(at, write)) = self.dedup_by_time.front() {
             if at + DEDUP_RETENTION_MS > now {
                 break;
             }
-            self.dedup_by_time.pop_first();
+            self.dedup_by_time.pop_front();
             self.dedup.remove(&write);
         }
     }
@@ -422,17 +463,18 @@ impl StateMachine {
         mailbox.state = state;
     }
 
-    /// Keep `tombstone` for `key` until `drop_at`. In `(drop at, key)` order, as a tree would
-    /// keep it: an expiry's and a release's drop times follow log time, so the place is at or
-    /// near the end (a release after its deadline drops earlier than a minute after it).
+    /// Keep `tombstone` for `key` until `drop_at`. An expiry's and a release's drop times follow
+    /// log time, so its place is at or near the end (a release after its deadline drops earlier
+    /// than a minute after it).
     fn bury(&mut self, key: MailboxKey, tombstone: Tombstone, drop_at: Millis) {
-        let entry = (drop_at, key);
-        let place = match self.tombstones_by_drop.back() {
-            Some(last) if *last > entry => self.tombstones_by_drop.partition_point(|queued| *queued < entry),
-            _ => self.tombstones_by_drop.len(),
-        };
-        self.tombstones.insert(entry.1.clone(), tombstone);
-        self.tombstones_by_drop.insert(place, entry);
+        self.tombstones.insert(key.clone(), tombstone);
+        insert_in_order(&mut self.tombstones_by_drop, (drop_at, key));
+    }
+
+    /// Remember `write`'s outcome, applied at `at`, for its retries.
+    fn remember(&mut self, write: WriteId, remembered: Remembered, at: Millis) {
+        self.dedup.insert(write, remembered);
+        insert_in_order(&mut self.dedup_by_time, (at, write));
     }
 
     fn execute(&mut self, command: &Command, wakes: &mut Vec<Wake>) -> Response {
@@ -648,12 +690,22 @@ impl StateMachine {
             self.held_by_drop.first().map(|(t, _)| *t),
             self.tombstones_by_drop.front().map(|(t, _)| *t),
             self.sessions_by_expiry.first().map(|(t, _)| *t),
-            self.dedup_by_time.first().map(|(t, _)| t + DEDUP_RETENTION_MS),
+            self.dedup_by_time.front().map(|(t, _)| t + DEDUP_RETENTION_MS),
         ]
         .into_iter()
         .flatten()
         .min()
     }
+}
+
+/// Put `entry` into `queue`, which is in order, where a tree would keep it: at the end when it
+/// comes in order (times follow log time, so nearly always), else after the last smaller one.
+fn insert_in_order<T: Ord>(queue: &mut VecDeque<T>, entry: T) {
+    let place = match queue.back() {
+        Some(last) if *last > entry => queue.partition_point(|queued| *queued < entry),
+        _ => queue.len(),
+    };
+    queue.insert(place, entry);
 }
 
 #[cfg(test)]
@@ -1003,6 +1055,32 @@ mod tests {
         let other =
             sm.apply(&Request { now: 1300, clock_agreed: true, write: Some(WriteId { origin: 2, serial: 10 }), command: deliver }).0;
         assert_eq!(other, Response::Delivered(DeliverOutcome::AlreadyDelivered));
+    }
+
+    #[test]
+    fn a_remembered_response_is_the_response_in_half_the_room() {
+        assert!(std::mem::size_of::<Remembered>() * 2 <= std::mem::size_of::<Response>());
+        let uncommon = [Response::Refused(LimitReached::Sessions(3)), Response::Task(Ok(vec!["a".into()])), Response::TasksFailed(2)];
+        for response in COMMON_RESPONSES.iter().chain(&uncommon) {
+            let remembered = Remembered::of(response);
+            assert_eq!(matches!(remembered, Remembered::Common(_)), COMMON_RESPONSES.contains(response), "{response:?}");
+            assert_eq!(&remembered.response(), response);
+        }
+    }
+
+    #[test]
+    fn remembered_writes_go_in_the_order_they_were_applied_and_ties_by_write() {
+        let mut sm = StateMachine::default();
+        // Three writes in one millisecond, the later ones from lower origins.
+        for (origin, serial) in [(3, 1), (2, 5), (1, 9)] {
+            sm.apply(&Request { now: 1000, clock_agreed: true, write: Some(WriteId { origin, serial }), command: Command::Tick });
+        }
+        sm.apply(&Request { now: 1001, clock_agreed: true, write: Some(WriteId { origin: 0, serial: 1 }), command: Command::Tick });
+        let order: Vec<_> = sm.dedup_by_time.iter().map(|(at, w)| (*at, w.origin)).collect();
+        assert_eq!(order, [(1000, 1), (1000, 2), (1000, 3), (1001, 0)]);
+        assert_eq!(sm.next_expiry(), Some(1000 + DEDUP_RETENTION_MS));
+        sm.apply(&req(1000 + DEDUP_RETENTION_MS, Command::Tick));
+        assert_eq!((sm.dedup.len(), sm.dedup_by_time.len()), (1, 1), "the three of 1000 are forgotten, the one of 1001 is not");
     }
 
     #[test]

@@ -26,8 +26,8 @@
 //! (len u32 + bytes). Records are written in index order, so replicas at one index write the
 //! same bytes.
 
-use super::{Ending, Mailbox, MailboxState, Millis, Response, Session, StateMachine, Tombstone, WriteId};
-use crate::mailbox::{CreateOutcome, DeliverOutcome, MailboxKey, SessionTag};
+use super::{COMMON_RESPONSES, Ending, Mailbox, MailboxState, Millis, Remembered, Response, Session, StateMachine, Tombstone, WriteId};
+use crate::mailbox::{MailboxKey, SessionTag};
 use crate::mcp_tasks::table::TaskTable;
 use crate::protocol::json_text::JsonText;
 use crate::session::SessionId;
@@ -110,7 +110,7 @@ pub fn encode(sm: &StateMachine) -> Vec<u8> {
         put_varint(&mut out, write.origin);
         put_u64(&mut out, write.serial);
         put_u64(&mut out, *at);
-        put_response(&mut out, &sm.dedup[write].1);
+        put_response(&mut out, &sm.dedup[write]);
     }
     let rest = crate::peer::codec::encode(&RestOut { sessions: &sm.sessions, tasks: &sm.tasks });
     put_u64(&mut out, rest.len() as u64);
@@ -145,8 +145,7 @@ pub fn decode(data: &[u8]) -> Result<StateMachine, SnapshotDecodeError> {
         let write = WriteId { origin: r.varint()?, serial: r.u64()? };
         let at = r.u64()?;
         let response = r.response()?;
-        sm.dedup_by_time.insert((at, write));
-        sm.dedup.insert(write, (at, response));
+        sm.remember(write, response, at);
     }
     let len = r.u64()? as usize;
     let RestIn { sessions, tasks } = crate::peer::codec::decode(r.take(len)?)?;
@@ -216,8 +215,13 @@ struct Version1 {
 }
 
 fn from_version_1(old: Version1) -> Result<StateMachine, SnapshotDecodeError> {
-    let Version1 { now, mut mailboxes, tombstones, sessions, dedup, dedup_by_time, tasks } = old;
-    let mut sm = StateMachine { now, dedup, dedup_by_time, tasks, ..StateMachine::default() };
+    let Version1 { now, mut mailboxes, tombstones, sessions, mut dedup, dedup_by_time, tasks } = old;
+    let mut sm = StateMachine { now, tasks, ..StateMachine::default() };
+    for (at, write) in dedup_by_time {
+        if let Some((_, response)) = dedup.remove(&write) {
+            sm.remember(write, Remembered::of(&response), at);
+        }
+    }
     for (drop_at, key) in tombstones {
         if let Some(mailbox) = mailboxes.remove(&key) {
             restore_finished(&mut sm, key, mailbox, drop_at)?;
@@ -249,27 +253,14 @@ fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
-/// The responses nearly every remembered write has (a create's, a delivery's), written as
-/// their position here; any other as [`OTHER_RESPONSE`] and its MessagePack.
-static COMMON_RESPONSES: [Response; 11] = [
-    Response::Done,
-    Response::Created(CreateOutcome::Created),
-    Response::Created(CreateOutcome::AlreadyExists),
-    Response::Delivered(DeliverOutcome::Delivered),
-    Response::Delivered(DeliverOutcome::AlreadyDelivered),
-    Response::Delivered(DeliverOutcome::Expired),
-    Response::Delivered(DeliverOutcome::Deleted),
-    Response::Delivered(DeliverOutcome::NotFound),
-    Response::Delivered(DeliverOutcome::WrongSession),
-    Response::Session(true),
-    Response::Session(false),
-];
+/// The tag of a remembered response that is none of [`COMMON_RESPONSES`]: its MessagePack
+/// follows. A common one's tag is its place there.
 const OTHER_RESPONSE: u8 = u8::MAX;
 
-fn put_response(out: &mut Vec<u8>, response: &Response) {
-    match COMMON_RESPONSES.iter().position(|common| common == response) {
-        Some(position) => out.push(position as u8),
-        None => {
+fn put_response(out: &mut Vec<u8>, remembered: &Remembered) {
+    match remembered {
+        Remembered::Common(place) => out.push(*place),
+        Remembered::Other(response) => {
             out.push(OTHER_RESPONSE);
             put_bytes(out, &crate::peer::codec::encode(response));
         }
@@ -345,11 +336,13 @@ impl<'a> Reader<'a> {
         JsonText::try_from(text.to_string()).map_err(|e| SnapshotDecodeError::NotJson(e.to_string()))
     }
 
-    fn response(&mut self) -> Result<Response, SnapshotDecodeError> {
+    fn response(&mut self) -> Result<Remembered, SnapshotDecodeError> {
         let at = self.at;
         match self.array::<1>()?[0] {
-            OTHER_RESPONSE => Ok(crate::peer::codec::decode(self.bytes()?)?),
-            tag => COMMON_RESPONSES.get(tag as usize).cloned().ok_or(SnapshotDecodeError::UnknownResponse { tag, at }),
+            // Remembered as it would be had the write been applied here.
+            OTHER_RESPONSE => Ok(Remembered::of(&crate::peer::codec::decode(self.bytes()?)?)),
+            tag if usize::from(tag) < COMMON_RESPONSES.len() => Ok(Remembered::Common(tag)),
+            tag => Err(SnapshotDecodeError::UnknownResponse { tag, at }),
         }
     }
 
@@ -396,8 +389,8 @@ mod tests {
             tombstones: BTreeSet<(Millis, MailboxKey)>,
             sessions: &'a BTreeMap<SessionId, Session>,
             sessions_by_expiry: &'a BTreeSet<(Millis, SessionId)>,
-            dedup: &'a HashMap<WriteId, (Millis, Response)>,
-            dedup_by_time: &'a BTreeSet<(Millis, WriteId)>,
+            dedup: HashMap<WriteId, (Millis, Response)>,
+            dedup_by_time: BTreeSet<(Millis, WriteId)>,
             tasks: &'a TaskTable,
         }
         let mut mailboxes = sm.mailboxes.clone();
@@ -411,8 +404,8 @@ mod tests {
             tombstones: sm.held_by_drop.iter().chain(&sm.tombstones_by_drop).cloned().collect(),
             sessions: &sm.sessions,
             sessions_by_expiry: &sm.sessions_by_expiry,
-            dedup: &sm.dedup,
-            dedup_by_time: &sm.dedup_by_time,
+            dedup: sm.dedup_by_time.iter().map(|(at, write)| (*write, (*at, sm.dedup[write].response()))).collect(),
+            dedup_by_time: sm.dedup_by_time.iter().cloned().collect(),
             tasks: &sm.tasks,
         })
     }
@@ -542,9 +535,9 @@ mod tests {
         let mut sm = StateMachine::default();
         let limit = crate::session::LimitReached::Sessions(0);
         let write = WriteId { origin: 1, serial: 9 };
-        sm.dedup.insert(write, (5, Response::Refused(limit)));
-        sm.dedup_by_time.insert((5, write));
-        assert_eq!(decode(&encode(&sm)).unwrap().dedup[&write].1, Response::Refused(limit));
+        sm.remember(write, Remembered::of(&Response::Refused(limit)), 5);
+        assert!(matches!(sm.dedup[&write], Remembered::Other(_)));
+        assert_eq!(decode(&encode(&sm)).unwrap().dedup[&write].response(), Response::Refused(limit));
     }
 
     #[test]
