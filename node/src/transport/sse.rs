@@ -32,11 +32,13 @@ struct LogState {
 }
 
 /// One event of a stream.
+#[derive(Clone)]
 struct Event {
     seq: u64,
     data: EventData,
 }
 
+#[derive(Clone)]
 enum EventData {
     /// The priming event: an id and an empty data field.
     Priming,
@@ -71,6 +73,31 @@ pub struct EventLog {
 }
 
 impl EventLog {
+    /// A closed log again, to read a compacted stream from.
+    fn reopened(shared: Arc<StreamsShared>, stream: u64, closed: &ClosedStream) -> Arc<Self> {
+        let state = LogState {
+            events: closed.events.iter().cloned().collect(),
+            next_seq: closed.next_seq,
+            closed_at: Some(closed.closed_at),
+            reader_generation: 0,
+            disconnect_at: 0,
+        };
+        Arc::new(EventLog { stream, session: closed.session.clone(), shared, state: Mutex::new(state), changed: Notify::new() })
+    }
+
+    /// What a closed log keeps for resumption, without the rest (`None` while it is open).
+    /// `only_holder`: nothing else can read it any more, so its events move out.
+    fn compact(&self, only_holder: bool) -> Option<ClosedStream> {
+        let mut state = self.state.lock().unwrap();
+        let closed_at = state.closed_at?;
+        let events = if only_holder {
+            Vec::from(std::mem::take(&mut state.events)).into_boxed_slice()
+        } else {
+            state.events.iter().cloned().collect()
+        };
+        Some(ClosedStream { session: self.session.clone(), closed_at, next_seq: state.next_seq, events })
+    }
+
     fn new(shared: Arc<StreamsShared>, stream: u64, session: SessionId, priming: bool) -> Arc<Self> {
         // Room for the priming event and one more: a parked call's stream holds its request.
         let mut events = VecDeque::with_capacity(2);
@@ -128,6 +155,7 @@ impl EventLog {
             state.events.shrink_to_fit();
             drop(state);
             self.shared.closings.lock().unwrap().push_back((now, self.stream));
+            self.shared.to_compact.lock().unwrap().push(self.stream);
         }
         self.changed.notify_waiters();
     }
@@ -259,13 +287,40 @@ struct StreamsShared {
     /// `(when, stream)` of each closing, oldest first: where a log says when it closed, for the
     /// sweep of its [`StreamLogs`].
     closings: Mutex<VecDeque<(Instant, u64)>>,
+    /// Streams closed since their [`StreamLogs`] last compacted the closed ones.
+    to_compact: Mutex<Vec<u64>>,
+}
+
+/// What a node keeps of one of its streams.
+enum Kept {
+    Open(Arc<EventLog>),
+    /// A finished stream: its events, without the lock, waker and reader state of a live log
+    /// (under load most of what a closed stream kept for its retention, beside the response).
+    Closed(Box<ClosedStream>),
+}
+
+impl Kept {
+    fn session(&self) -> &SessionId {
+        match self {
+            Kept::Open(log) => &log.session,
+            Kept::Closed(closed) => &closed.session,
+        }
+    }
+}
+
+/// A closed stream, as [`Kept`].
+struct ClosedStream {
+    session: SessionId,
+    closed_at: Instant,
+    next_seq: u64,
+    events: Box<[Event]>,
 }
 
 /// The streams of this node, for resumption.
 pub struct StreamLogs {
     shared: Arc<StreamsShared>,
     next: AtomicU64,
-    streams: Mutex<HashMap<u64, Arc<EventLog>>>,
+    streams: Mutex<HashMap<u64, Kept>>,
     standalone: Mutex<HashMap<SessionId, Arc<EventLog>>>,
     /// How long a finished stream stays resumable.
     retention: Duration,
@@ -273,7 +328,7 @@ pub struct StreamLogs {
 
 impl StreamLogs {
     pub fn new(node: u64, sealer: Arc<IdSealer>, retention: Duration, capacity: usize) -> Arc<Self> {
-        let shared = Arc::new(StreamsShared { node, sealer, capacity, closings: Mutex::default() });
+        let shared = Arc::new(StreamsShared { node, sealer, capacity, closings: Mutex::default(), to_compact: Mutex::default() });
         Arc::new(StreamLogs { shared, next: AtomicU64::new(1), streams: Mutex::default(), standalone: Mutex::default(), retention })
     }
 
@@ -294,7 +349,16 @@ impl StreamLogs {
             streams.remove(&expired);
         }
         drop(closings);
-        streams.insert(stream, log.clone());
+        // The streams closed since the last open are compacted here too, for the same reason.
+        for closed in std::mem::take(&mut *self.shared.to_compact.lock().unwrap()) {
+            if let Some(kept) = streams.get_mut(&closed)
+                && let Kept::Open(log) = kept
+                && let Some(compact) = log.compact(Arc::strong_count(log) == 1)
+            {
+                *kept = Kept::Closed(Box::new(compact));
+            }
+        }
+        streams.insert(stream, Kept::Open(log.clone()));
         log
     }
 
@@ -307,14 +371,21 @@ impl StreamLogs {
         let stream = self.next.fetch_add(1, Ordering::Relaxed);
         let log = EventLog::new(self.shared.clone(), stream, session.clone(), priming);
         standalone.insert(session.clone(), log.clone());
-        self.streams.lock().unwrap().insert(stream, log.clone());
+        self.streams.lock().unwrap().insert(stream, Kept::Open(log.clone()));
         (log, true)
     }
 
     /// A stream of this node, if it still has it.
     pub fn find(&self, stream: u64) -> Option<Arc<EventLog>> {
-        let log = self.streams.lock().unwrap().get(&stream).cloned()?;
-        (!log.expired(Instant::now(), self.retention)).then_some(log)
+        let now = Instant::now();
+        let log = match self.streams.lock().unwrap().get(&stream)? {
+            Kept::Open(log) => log.clone(),
+            Kept::Closed(closed) if now.duration_since(closed.closed_at) < self.retention => {
+                return Some(EventLog::reopened(self.shared.clone(), stream, closed));
+            }
+            Kept::Closed(_) => return None,
+        };
+        (!log.expired(now, self.retention)).then_some(log)
     }
 
     /// Drop every stream of a terminated session.
@@ -322,9 +393,9 @@ impl StreamLogs {
         if let Some(log) = self.standalone.lock().unwrap().remove(session) {
             log.close();
         }
-        self.streams.lock().unwrap().retain(|_, log| {
-            let keep = &log.session != session;
-            if !keep {
+        self.streams.lock().unwrap().retain(|_, kept| {
+            let keep = kept.session() != session;
+            if !keep && let Kept::Open(log) = kept {
                 log.close();
             }
             keep
@@ -447,6 +518,62 @@ mod tests {
             })
             .collect();
         assert_eq!(ids, [1, 3, 4]);
+    }
+
+    /// The ids (sequence numbers) and data of what a reader of `log` from `from` gets.
+    async fn read_all(logs: &StreamLogs, log: &Arc<EventLog>, from: u64) -> Vec<(u64, String)> {
+        use futures::StreamExt;
+        let frames: Vec<Bytes> = log.reader(from, Duration::from_secs(1), Duration::from_secs(15)).map(|f| f.unwrap()).collect().await;
+        frames
+            .iter()
+            .map(|frame| {
+                let text = std::str::from_utf8(frame).unwrap();
+                let id = text.strip_prefix("id: ").unwrap().split('\n').next().unwrap();
+                let data = text.split("data: ").nth(1).unwrap().trim_end().to_owned();
+                (logs.shared.sealer.open_event(id, log.session.as_str()).unwrap().seq, data)
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_closed_stream_is_kept_compact_from_the_next_open_and_resumes_the_same() {
+        use crate::protocol::jsonrpc::RequestId;
+        let logs = stream_logs(Duration::from_secs(60));
+        let session = SessionId("s".into());
+        let is_compact = |stream| matches!(logs.streams.lock().unwrap().get(&stream), Some(Kept::Closed(_)));
+        // One stream still read when the next opens (its events are copied), one not (moved).
+        for still_read in [true, false] {
+            let log = logs.open(&session, true);
+            let ask = Message::request(RequestId::Number(7), "elicitation/create", json!({"message": "ship?"}));
+            for message in [&progress(1), &Message::response(RequestId::Number(1), json!({"ok": true})), &ask] {
+                log.push(message);
+            }
+            log.close();
+            let (stream, before, end) = (log.stream, read_all(&logs, &log, 0).await, log.end());
+            assert_eq!(before.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(), [0, 1, 2], "the priming event and two kept");
+            let reader = still_read.then_some(log);
+            assert!(!is_compact(stream), "compacted when the next stream opens, not before");
+            let next = logs.open(&session, true);
+            assert!(is_compact(stream));
+            let found = logs.find(stream).expect("still resumable");
+            assert_eq!((read_all(&logs, &found, 0).await, found.end()), (before.clone(), end));
+            assert_eq!(read_all(&logs, &found, 2).await, before[2..]);
+            if let Some(log) = reader {
+                assert_eq!(read_all(&logs, &log, 0).await, before, "a reader of the log itself still reads it all");
+            }
+            next.close();
+        }
+        // A compacted stream goes with its session, and at the end of its retention.
+        logs.forget_session(&session);
+        assert!(logs.streams.lock().unwrap().is_empty());
+        let brief = stream_logs(Duration::from_millis(50));
+        let log = brief.open(&session, false);
+        log.close();
+        brief.open(&session, false);
+        assert!(matches!(brief.streams.lock().unwrap().get(&log.stream), Some(Kept::Closed(_))));
+        assert!(brief.find(log.stream).is_some());
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(brief.find(log.stream).is_none(), "found past its retention, before any sweep");
     }
 
     #[test]
