@@ -10,7 +10,12 @@ pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
 
 /// [`encode`] appending to `out` (no buffer of its own, grown and copied per value).
 pub fn encode_into<T: Serialize>(out: &mut Vec<u8>, value: &T) {
-    rmp_serde::encode::write_named(out, value).expect("in-memory values always encode")
+    write_encoded(out, value).expect("in-memory values always encode")
+}
+
+/// [`encode`] written to `writer` as it is made: a large value is never held encoded whole.
+pub fn write_encoded<W: std::io::Write, T: Serialize>(writer: &mut W, value: &T) -> std::io::Result<()> {
+    rmp_serde::encode::write_named(writer, value).map_err(std::io::Error::other)
 }
 
 pub fn decode<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, rmp_serde::decode::Error> {
