@@ -17,7 +17,7 @@ const TOMBSTONE_RETENTION: Duration = Duration::from_secs(60);
 /// How long the tombstone of a taken value stays, if its deadline is later (as in the
 /// replicated store): long enough to refuse the retries of an answer, short enough that a
 /// long timeout does not keep every finished round trip in memory.
-const TAKEN_RETENTION: Duration = Duration::from_secs(60);
+const TAKEN_RETENTION: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone, PartialEq)]
 enum State {

@@ -37,8 +37,12 @@ pub const TOMBSTONE_RETENTION_MS: Millis = 60 * 1000;
 /// `AlreadyDelivered`; a copy that comes later still, before the deadline, is kept as an early
 /// delivery no create will take, and goes at the deadline. Without this, at the default
 /// timeouts every round trip's record stayed six minutes, the bulk of a replica's memory and
-/// of every snapshot under load.
-pub const TAKEN_RETENTION_MS: Millis = 60 * 1000;
+/// of every snapshot under load. Half a minute still covers a client resending an answer it
+/// got no acknowledgement for (one is acknowledged once committed, in milliseconds); a copy
+/// later than that costs a record until the deadline and changes no outcome. It was a minute:
+/// at thousands of round trips a second those tombstones were most of the state, and a
+/// snapshot build holds the state twice.
+pub const TAKEN_RETENTION_MS: Millis = 30 * 1000;
 /// Most keys one `MailboxRelease` names.
 pub const MAX_RELEASE_BATCH: usize = 1024;
 /// How long a write's outcome is remembered for a retry of the same write: a write is retried
@@ -464,8 +468,8 @@ impl StateMachine {
     }
 
     /// Keep `tombstone` for `key` until `drop_at`. An expiry's and a release's drop times follow
-    /// log time, so its place is at or near the end (a release after its deadline drops earlier
-    /// than a minute after it).
+    /// log time, so its place is at or near the end (a release near its deadline drops earlier
+    /// than [`TAKEN_RETENTION_MS`] after it).
     fn bury(&mut self, key: MailboxKey, tombstone: Tombstone, drop_at: Millis) {
         self.tombstones.insert(key.clone(), tombstone);
         insert_in_order(&mut self.tombstones_by_drop, (drop_at, key));
@@ -972,15 +976,15 @@ mod tests {
         // Key 1's deadline passes while its value waits to be released; key 2 is taken before,
         // key 3 expires meanwhile: key 1's release comes last but drops first.
         create(&mut sm, 1000, 1, 500);
-        create(&mut sm, 1000, 2, 10_000);
+        create(&mut sm, 1000, 2, 100_000);
         create(&mut sm, 1200, 3, 500);
         deliver(&mut sm, 1100, 1, "v");
         deliver(&mut sm, 1300, 2, "w");
-        sm.apply(&req(1400, Command::MailboxRelease { keys: vec![key(2)] }));
         sm.apply(&req(1700, Command::Tick));
-        sm.apply(&req(30_000, Command::MailboxRelease { keys: vec![key(1)] }));
+        sm.apply(&req(20_000, Command::MailboxRelease { keys: vec![key(2)] }));
+        sm.apply(&req(35_000, Command::MailboxRelease { keys: vec![key(1)] }));
         let drops: Vec<_> = sm.tombstones_by_drop.iter().cloned().collect();
-        let release_2 = 1400 + TAKEN_RETENTION_MS;
+        let release_2 = 20_000 + TAKEN_RETENTION_MS;
         let deadline_1 = 1500 + TOMBSTONE_RETENTION_MS;
         let expiry_3 = 1700 + TOMBSTONE_RETENTION_MS;
         assert_eq!(drops, vec![(release_2, key(2)), (deadline_1, key(1)), (expiry_3, key(3))]);
