@@ -21,6 +21,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 pub mod snapshot;
+mod write_outcomes;
+
+use write_outcomes::{Remembered, WriteOutcomes};
 
 /// Milliseconds since the Unix epoch, as read by a leader's clock.
 pub type Millis = u64;
@@ -201,31 +204,6 @@ pub(super) static COMMON_RESPONSES: [Response; 11] = [
     Response::Session(false),
 ];
 
-/// A write's response, remembered for its retries: half the size of a [`Response`], and there
-/// is one per write of the last [`DEDUP_RETENTION_MS`] (under load, a large part of the state).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub enum Remembered {
-    /// Its place in [`COMMON_RESPONSES`].
-    Common(u8),
-    Other(Box<Response>),
-}
-
-impl Remembered {
-    pub fn of(response: &Response) -> Self {
-        match COMMON_RESPONSES.iter().position(|common| common == response) {
-            Some(place) => Remembered::Common(place as u8),
-            None => Remembered::Other(Box::new(response.clone())),
-        }
-    }
-
-    pub fn response(&self) -> Response {
-        match self {
-            Remembered::Common(place) => COMMON_RESPONSES[usize::from(*place)].clone(),
-            Remembered::Other(response) => Response::clone(response),
-        }
-    }
-}
-
 /// A change waiters on some node may be parked on.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Wake {
@@ -349,9 +327,8 @@ pub struct StateMachine {
     tombstones_by_drop: VecDeque<(Millis, MailboxKey)>,
     pub sessions: BTreeMap<SessionId, Session>,
     sessions_by_expiry: BTreeSet<(Millis, SessionId)>,
-    dedup: HashMap<WriteId, Remembered>,
-    /// `(applied at, write)` of every remembered write, in that order.
-    dedup_by_time: VecDeque<(Millis, WriteId)>,
+    /// The outcomes of recent writes, for their retries.
+    dedup: WriteOutcomes,
     /// Tasks of the MCP Tasks extension.
     pub tasks: TaskTable,
 }
@@ -365,8 +342,7 @@ impl StateMachine {
         mailboxes.sort_unstable_by(|a, b| a.0.cmp(b.0));
         let mut tombstones: Vec<_> = self.tombstones.iter().collect();
         tombstones.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        let mut dedup: Vec<_> = self.dedup.iter().collect();
-        dedup.sort_unstable_by_key(|(write, _)| **write);
+        let dedup: Vec<_> = self.dedup.iter().collect();
         let canonical = (
             self.now,
             mailboxes,
@@ -377,7 +353,6 @@ impl StateMachine {
             &self.sessions,
             &self.sessions_by_expiry,
             dedup,
-            &self.dedup_by_time,
             self.tasks.canonical(),
         );
         Sha256::digest(crate::peer::codec::encode(&canonical)).iter().map(|b| format!("{b:02x}")).collect()
@@ -388,13 +363,13 @@ impl StateMachine {
         let mut wakes = Vec::new();
         self.advance(self.log_time_after(request), &mut wakes);
         if let Some(write) = request.write
-            && let Some(remembered) = self.dedup.get(&write)
+            && let Some(remembered) = self.dedup.get(write)
         {
             return (remembered.response(), wakes);
         }
         let response = self.execute(&request.command, &mut wakes);
         if let Some(write) = request.write {
-            self.remember(write, Remembered::of(&response), self.now);
+            self.dedup.remember(write, Remembered::of(&response), self.now);
         }
         (response, wakes)
     }
@@ -447,13 +422,7 @@ impl StateMachine {
             self.sessions.remove(&id);
         }
         self.tasks.expire(now);
-        while let Some(&(at, write)) = self.dedup_by_time.front() {
-            if at + DEDUP_RETENTION_MS > now {
-                break;
-            }
-            self.dedup_by_time.pop_front();
-            self.dedup.remove(&write);
-        }
+        self.dedup.forget_before(now);
     }
 
     /// Settle a mailbox that waits or holds a value (delivered, deleted): kept until its deadline
@@ -473,12 +442,6 @@ impl StateMachine {
     fn bury(&mut self, key: MailboxKey, tombstone: Tombstone, drop_at: Millis) {
         self.tombstones.insert(key.clone(), tombstone);
         insert_in_order(&mut self.tombstones_by_drop, (drop_at, key));
-    }
-
-    /// Remember `write`'s outcome, applied at `at`, for its retries.
-    fn remember(&mut self, write: WriteId, remembered: Remembered, at: Millis) {
-        self.dedup.insert(write, remembered);
-        insert_in_order(&mut self.dedup_by_time, (at, write));
     }
 
     fn execute(&mut self, command: &Command, wakes: &mut Vec<Wake>) -> Response {
@@ -694,7 +657,7 @@ impl StateMachine {
             self.held_by_drop.first().map(|(t, _)| *t),
             self.tombstones_by_drop.front().map(|(t, _)| *t),
             self.sessions_by_expiry.first().map(|(t, _)| *t),
-            self.dedup_by_time.front().map(|(t, _)| t + DEDUP_RETENTION_MS),
+            self.dedup.next_expiry(),
         ]
         .into_iter()
         .flatten()
@@ -1062,29 +1025,20 @@ mod tests {
     }
 
     #[test]
-    fn a_remembered_response_is_the_response_in_half_the_room() {
-        assert!(std::mem::size_of::<Remembered>() * 2 <= std::mem::size_of::<Response>());
-        let uncommon = [Response::Refused(LimitReached::Sessions(3)), Response::Task(Ok(vec!["a".into()])), Response::TasksFailed(2)];
-        for response in COMMON_RESPONSES.iter().chain(&uncommon) {
-            let remembered = Remembered::of(response);
-            assert_eq!(matches!(remembered, Remembered::Common(_)), COMMON_RESPONSES.contains(response), "{response:?}");
-            assert_eq!(&remembered.response(), response);
-        }
-    }
-
-    #[test]
-    fn remembered_writes_go_in_the_order_they_were_applied_and_ties_by_write() {
+    fn remembered_writes_are_forgotten_by_log_time_whatever_their_origin() {
         let mut sm = StateMachine::default();
         // Three writes in one millisecond, the later ones from lower origins.
         for (origin, serial) in [(3, 1), (2, 5), (1, 9)] {
             sm.apply(&Request { now: 1000, clock_agreed: true, write: Some(WriteId { origin, serial }), command: Command::Tick });
         }
         sm.apply(&Request { now: 1001, clock_agreed: true, write: Some(WriteId { origin: 0, serial: 1 }), command: Command::Tick });
-        let order: Vec<_> = sm.dedup_by_time.iter().map(|(at, w)| (*at, w.origin)).collect();
-        assert_eq!(order, [(1000, 1), (1000, 2), (1000, 3), (1001, 0)]);
         assert_eq!(sm.next_expiry(), Some(1000 + DEDUP_RETENTION_MS));
+        sm.apply(&req(1000 + DEDUP_RETENTION_MS - 1, Command::Tick));
+        assert_eq!(sm.sizes().dedup, 4);
         sm.apply(&req(1000 + DEDUP_RETENTION_MS, Command::Tick));
-        assert_eq!((sm.dedup.len(), sm.dedup_by_time.len()), (1, 1), "the three of 1000 are forgotten, the one of 1001 is not");
+        let left: Vec<_> = sm.dedup.iter().map(|(write, at, _)| (write, at)).collect();
+        assert_eq!(left, [(WriteId { origin: 0, serial: 1 }, 1001)], "the three of 1000 are forgotten, the one of 1001 is not");
+        assert_eq!(sm.next_expiry(), Some(1001 + DEDUP_RETENTION_MS));
     }
 
     #[test]

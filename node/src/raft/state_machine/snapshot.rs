@@ -72,9 +72,8 @@ struct RestIn {
     tasks: TaskTable,
 }
 
-/// The fewest bytes a mailbox record and a write outcome take.
+/// The fewest bytes a mailbox record takes.
 const MAILBOX_BYTES: usize = 16 + 1 + 16 + 8 + 1;
-const WRITE_BYTES: usize = 1 + 8 + 8 + 1;
 
 const PENDING: u8 = 0;
 const EARLY: u8 = 1;
@@ -109,12 +108,12 @@ pub fn encode(sm: &StateMachine) -> Vec<u8> {
         put_mailbox(&mut out, key, &Mailbox { owner: 0, session, deadline: 0, state: ending.state().clone() });
         put_u64(&mut out, *drop_at);
     }
-    put_u64(&mut out, sm.dedup_by_time.len() as u64);
-    for (at, write) in &sm.dedup_by_time {
+    put_u64(&mut out, sm.dedup.len() as u64);
+    for (write, at, remembered) in sm.dedup.iter() {
         put_varint(&mut out, write.origin);
         put_u64(&mut out, write.serial);
-        put_u64(&mut out, *at);
-        put_response(&mut out, &sm.dedup[write]);
+        put_u64(&mut out, at);
+        put_response(&mut out, remembered);
     }
     let rest = crate::peer::codec::encode(&RestOut { sessions: &sm.sessions, tasks: &sm.tasks });
     put_u64(&mut out, rest.len() as u64);
@@ -143,13 +142,11 @@ pub fn decode(data: &[u8]) -> Result<StateMachine, SnapshotDecodeError> {
         let (key, mailbox) = r.mailbox()?;
         restore_finished(&mut sm, key, mailbox, r.u64()?)?;
     }
-    let writes = r.u64()?;
-    sm.dedup.reserve(most(writes, WRITE_BYTES));
-    for _ in 0..writes {
+    for _ in 0..r.u64()? {
         let write = WriteId { origin: r.varint()?, serial: r.u64()? };
         let at = r.u64()?;
         let response = r.response()?;
-        sm.remember(write, response, at);
+        sm.dedup.remember(write, Remembered::of(&response), at);
     }
     let len = r.u64()? as usize;
     let RestIn { sessions, tasks } = crate::peer::codec::decode(r.take(len)?)?;
@@ -223,7 +220,7 @@ fn from_version_1(old: Version1) -> Result<StateMachine, SnapshotDecodeError> {
     let mut sm = StateMachine { now, tasks, ..StateMachine::default() };
     for (at, write) in dedup_by_time {
         if let Some((_, response)) = dedup.remove(&write) {
-            sm.remember(write, Remembered::of(&response), at);
+            sm.dedup.remember(write, Remembered::of(&response), at);
         }
     }
     for (drop_at, key) in tombstones {
@@ -261,9 +258,9 @@ fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
 /// follows. A common one's tag is its place there.
 const OTHER_RESPONSE: u8 = u8::MAX;
 
-fn put_response(out: &mut Vec<u8>, remembered: &Remembered) {
+fn put_response(out: &mut Vec<u8>, remembered: Remembered<'_>) {
     match remembered {
-        Remembered::Common(place) => out.push(*place),
+        Remembered::Common(place) => out.push(place),
         Remembered::Other(response) => {
             out.push(OTHER_RESPONSE);
             put_bytes(out, &crate::peer::codec::encode(response));
@@ -340,12 +337,11 @@ impl<'a> Reader<'a> {
         JsonText::try_from(text.to_string()).map_err(|e| SnapshotDecodeError::NotJson(e.to_string()))
     }
 
-    fn response(&mut self) -> Result<Remembered, SnapshotDecodeError> {
+    fn response(&mut self) -> Result<Response, SnapshotDecodeError> {
         let at = self.at;
         match self.array::<1>()?[0] {
-            // Remembered as it would be had the write been applied here.
-            OTHER_RESPONSE => Ok(Remembered::of(&crate::peer::codec::decode(self.bytes()?)?)),
-            tag if usize::from(tag) < COMMON_RESPONSES.len() => Ok(Remembered::Common(tag)),
+            OTHER_RESPONSE => Ok(crate::peer::codec::decode(self.bytes()?)?),
+            tag if usize::from(tag) < COMMON_RESPONSES.len() => Ok(COMMON_RESPONSES[usize::from(tag)].clone()),
             tag => Err(SnapshotDecodeError::UnknownResponse { tag, at }),
         }
     }
@@ -408,8 +404,8 @@ mod tests {
             tombstones: sm.held_by_drop.iter().chain(&sm.tombstones_by_drop).cloned().collect(),
             sessions: &sm.sessions,
             sessions_by_expiry: &sm.sessions_by_expiry,
-            dedup: sm.dedup_by_time.iter().map(|(at, write)| (*write, (*at, sm.dedup[write].response()))).collect(),
-            dedup_by_time: sm.dedup_by_time.iter().cloned().collect(),
+            dedup: sm.dedup.iter().map(|(write, at, remembered)| (write, (at, remembered.response()))).collect(),
+            dedup_by_time: sm.dedup.iter().map(|(write, at, _)| (at, write)).collect(),
             tasks: &sm.tasks,
         })
     }
@@ -567,9 +563,9 @@ mod tests {
         let mut sm = StateMachine::default();
         let limit = crate::session::LimitReached::Sessions(0);
         let write = WriteId { origin: 1, serial: 9 };
-        sm.remember(write, Remembered::of(&Response::Refused(limit)), 5);
-        assert!(matches!(sm.dedup[&write], Remembered::Other(_)));
-        assert_eq!(decode(&encode(&sm)).unwrap().dedup[&write].response(), Response::Refused(limit));
+        sm.dedup.remember(write, Remembered::of(&Response::Refused(limit)), 5);
+        assert!(matches!(sm.dedup.get(write), Some(Remembered::Other(_))));
+        assert_eq!(decode(&encode(&sm)).unwrap().dedup.get(write).map(Remembered::response), Some(Response::Refused(limit)));
     }
 
     #[test]
