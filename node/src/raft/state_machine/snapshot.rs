@@ -491,28 +491,26 @@ mod tests {
         assert!(!sm.sessions.is_empty() && !sm.dedup.is_empty() && !sm.tasks.is_empty());
     }
 
+    /// Round trip `i` of a loaded replica, at log time 1000 + `i`: a fresh mailbox created with
+    /// `ttl_ms`, then, if `answered`, its answer delivered and the value released.
+    fn round_trip(sm: &mut StateMachine, i: u64, ttl_ms: Millis, answered: bool) {
+        let key = MailboxKey::random();
+        let session = SessionTag(rand::random());
+        let at = |serial, command| Request { now: 1000 + i, clock_agreed: true, write: Some(WriteId { origin: i % 3, serial }), command };
+        sm.apply(&at(3 * i, Command::MailboxCreate { key: key.clone(), session, owner: 1, ttl_ms }));
+        if answered {
+            let value = text(r#"{"action":"accept"}"#);
+            sm.apply(&at(3 * i + 1, Command::MailboxDeliver { key: key.clone(), session, value, addressee: None }));
+            sm.apply(&at(3 * i + 2, Command::MailboxRelease { keys: vec![key] }));
+        }
+    }
+
     #[test]
     fn a_snapshot_of_tombstones_and_write_outcomes_is_written_without_regrowing_its_buffer() {
         let mut sm = StateMachine::default();
         for i in 0..3_000u64 {
-            let key = MailboxKey::random();
-            let session = SessionTag(rand::random());
-            let at = |serial| Request {
-                now: 1000 + i,
-                clock_agreed: true,
-                write: Some(WriteId { origin: i % 3, serial }),
-                command: Command::Tick,
-            };
-            let create = Command::MailboxCreate { key: key.clone(), session, owner: 1, ttl_ms: if i % 2 == 0 { 100 } else { 300_000 } };
-            sm.apply(&Request { command: create, ..at(3 * i) });
-            if i % 2 == 1 {
-                let value = text(r#"{"action":"accept"}"#);
-                sm.apply(&Request {
-                    command: Command::MailboxDeliver { key: key.clone(), session, value, addressee: None },
-                    ..at(3 * i + 1)
-                });
-                sm.apply(&Request { command: Command::MailboxRelease { keys: vec![key] }, ..at(3 * i + 2) });
-            }
+            // Half of them expire unanswered.
+            round_trip(&mut sm, i, if i % 2 == 0 { 100 } else { 300_000 }, i % 2 == 1);
         }
         assert!(sm.tombstones.len() > 2_500 && sm.dedup.len() > 4_000, "{:?}", sm.sizes());
         let data = encode(&sm);
@@ -535,24 +533,7 @@ mod tests {
     fn finished_mailboxes_take_a_fraction_of_the_bytes_of_version_1() {
         let mut sm = StateMachine::default();
         for i in 0..5_000u64 {
-            let key = MailboxKey::random();
-            let session = SessionTag(rand::random());
-            let now = 1000 + i;
-            let write = |serial| Some(WriteId { origin: i % 3, serial });
-            sm.apply(&Request {
-                now,
-                clock_agreed: true,
-                write: write(2 * i),
-                command: Command::MailboxCreate { key: key.clone(), session, owner: 1, ttl_ms: 300_000 },
-            });
-            let value = text(r#"{"action":"accept"}"#);
-            sm.apply(&Request {
-                now,
-                clock_agreed: true,
-                write: write(2 * i + 1),
-                command: Command::MailboxDeliver { key: key.clone(), session, value, addressee: None },
-            });
-            sm.apply(&Request { now, clock_agreed: true, write: None, command: Command::MailboxRelease { keys: vec![key] } });
+            round_trip(&mut sm, i, 300_000, true);
         }
         let (version_1, version_2) = (version_1(&sm).len(), encode(&sm).len());
         assert!(version_2 * 3 < version_1, "version 2: {version_2} bytes, version 1: {version_1}");
