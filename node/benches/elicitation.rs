@@ -33,7 +33,10 @@
 //! - `-- sustained [minutes]` runs the sustained-load check instead: 3 durable nodes behind
 //!   nginx, 64 clients for 15 minutes (or `minutes`), a row per 30 s window with throughput,
 //!   p50, p99, the longest round trip, each node's RSS at the window's end and the largest any
-//!   node reached in it (read every second), and the data directories' size.
+//!   node reached in it (read every second), the data directories' size, and the CPU the
+//!   servers (nodes and nginx) spent per round trip beside the host's cores that other
+//!   processes used, sat idle (or waited for I/O) and the hypervisor withheld (steal): a window
+//!   that slows with its cost per trip flat was held back by something else, not made dearer.
 
 #[path = "support/cpu.rs"]
 mod cpu;
@@ -43,7 +46,7 @@ mod nginx;
 #[path = "reference/rmcp.rs"]
 mod rmcp_reference;
 
-use cpu::cpu_time;
+use cpu::{HostCpu, cpu_time};
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -949,6 +952,10 @@ async fn sustained(http: &reqwest::Client, nginx: &Path, minutes: u64) {
     // a second or two, and a window's end rarely falls in one).
     let pids: Vec<u32> = nodes.iter().map(|n| n.proc.pid()).collect();
     let node_rss = || pids.iter().map(|pid| rss_kb(*pid) as f64 / 1024.0).collect::<Vec<f64>>();
+    // CPU at each window's boundary: the servers', this process's (the load generator), the host's.
+    let servers: Vec<u32> = pids.iter().copied().chain(front.pids()).collect();
+    let cpu_now = || (cpu_time(&servers), cpu_time(&[std::process::id()]), HostCpu::read());
+    let mut cpu = vec![cpu_now()];
     let mut samples = Vec::new();
     for k in 1..=windows {
         let end = started + SUSTAINED_WINDOW * k as u32;
@@ -959,6 +966,7 @@ async fn sustained(http: &reqwest::Client, nginx: &Path, minutes: u64) {
         }
         let rss = node_rss();
         peak = rss.iter().copied().fold(peak, f64::max);
+        cpu.push(cpu_now());
         samples.push((rss, peak, dir_bytes(dir.path()) as f64 / (1024.0 * 1024.0), storage(http, &nodes[0].metrics_url()).await));
     }
     let mut by_window: Vec<Vec<Duration>> = vec![Vec::new(); windows];
@@ -966,23 +974,35 @@ async fn sustained(http: &reqwest::Client, nginx: &Path, minutes: u64) {
         let k = (finished.duration_since(started).as_secs_f64() / SUSTAINED_WINDOW.as_secs_f64()) as usize;
         by_window[k.min(windows - 1)].push(trip.elapsed);
     }
-    println!("  window   trips/s      p50 ms   p99 ms   max ms   RSS of the nodes (MB)   peak (MB)   data dirs (MB)");
+    println!(
+        "  window   trips/s      p50 ms   p99 ms   max ms   RSS of the nodes (MB)   peak (MB)   data dirs (MB)   server CPU/trip ms   cores: other   idle   steal"
+    );
     let mut rows = Vec::new();
     for (k, mut latencies) in by_window.into_iter().take(windows).enumerate() {
         latencies.sort();
         let per_sec = latencies.len() as f64 / SUSTAINED_WINDOW.as_secs_f64();
+        let ((servers_before, generator_before, host_before), (servers_after, generator_after, host_after)) = (&cpu[k], &cpu[k + 1]);
+        let server_cpu = servers_after.saturating_sub(*servers_before);
+        let cpu_per_trip = server_cpu.as_secs_f64() * 1000.0 / latencies.len().max(1) as f64;
+        // The host's cores in the window: busy with anything but this run, idle, withheld.
+        let ours = server_cpu + generator_after.saturating_sub(*generator_before);
+        let host = host_after.since(host_before);
+        let cores = |d: Duration| d.as_secs_f64() / SUSTAINED_WINDOW.as_secs_f64();
+        let other = cores(host.busy().saturating_sub(ours));
         let (p50, p99, max) = (percentile(&latencies, 0.5), percentile(&latencies, 0.99), latencies.last().copied().unwrap_or_default());
         let (rss, peak, data, _) = &samples[k];
         let rss_text: Vec<String> = rss.iter().map(|r| format!("{r:>6.1}")).collect();
         println!(
-            "  {:>6} {per_sec:>9.0} {:>11.2} {:>8.2} {:>8.1}   {:<23} {peak:>9.1} {data:>16.1}",
+            "  {:>6} {per_sec:>9.0} {:>11.2} {:>8.2} {:>8.1}   {:<23} {peak:>9.1} {data:>16.1} {cpu_per_trip:>20.3} {other:>14.2} {:>6.2} {:>7.2}",
             k + 1,
             ms(p50),
             ms(p99),
             ms(max),
-            rss_text.join(" ")
+            rss_text.join(" "),
+            cores(host.idle()),
+            cores(host.steal())
         );
-        rows.push((per_sec, p99, max, *peak));
+        rows.push((per_sec, p99, max, *peak, cpu_per_trip));
     }
     println!("\n  what node 0 holds at each window's end (records of the replicated state; log entries in memory; snapshot)");
     println!("  window   mailboxes  of them tombstones   pending   dedup   log entries   snapshot MB   Raft term");
@@ -1005,6 +1025,12 @@ async fn sustained(http: &reqwest::Client, nginx: &Path, minutes: u64) {
     target("p99, last window / first (<= 1.5)", format!("x{ratio:.2} ({:.1} vs {:.1} ms)", ms(last.1), ms(first.1)), ratio <= 1.5);
     target("longest round trip (<= 200 ms)", format!("{:.1} ms", ms(worst)), worst <= Duration::from_millis(200));
     target("largest node RSS, read every second (< 300 MB)", format!("{peak_rss:.1} MB"), peak_rss < 300.0);
+    println!(
+        "  server CPU per round trip, last window / first              x{:.2} ({:.3} vs {:.3} ms; the cost of a trip, whatever the host did)",
+        last.4 / first.4,
+        last.4,
+        first.4
+    );
     drop(front);
 }
 

@@ -12,6 +12,7 @@
 #[path = "../tests/common/cluster.rs"]
 mod cluster;
 #[path = "support/cpu.rs"]
+#[allow(dead_code)] // the host counters serve the elicitation bench
 mod cpu;
 
 use cluster::TestCluster;

@@ -17,3 +17,49 @@ pub fn cpu_time(pids: &[u32]) -> Duration {
         .sum();
     Duration::from_millis(ticks * 10)
 }
+
+/// The host's CPU counters (`/proc/stat`, all CPUs): time spent busy, idle (waiting for I/O
+/// included), and time the hypervisor ran something else while this machine wanted the CPU
+/// (steal).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HostCpu {
+    busy: Duration,
+    idle: Duration,
+    steal: Duration,
+}
+
+impl HostCpu {
+    pub fn read() -> HostCpu {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let ticks: Vec<u64> = stat
+            .lines()
+            .next()
+            .filter(|line| line.starts_with("cpu "))
+            .map(|line| line.split_whitespace().skip(1).map(|t| t.parse().unwrap_or(0)).collect())
+            .unwrap_or_default();
+        let tick = |i: usize| Duration::from_millis(ticks.get(i).copied().unwrap_or(0) * 10);
+        // user nice system idle iowait irq softirq steal: busy leaves out idle, iowait and steal.
+        HostCpu { busy: tick(0) + tick(1) + tick(2) + tick(5) + tick(6), idle: tick(3) + tick(4), steal: tick(7) }
+    }
+
+    /// The time spent since `earlier`.
+    pub fn since(&self, earlier: &HostCpu) -> HostCpu {
+        HostCpu {
+            busy: self.busy.saturating_sub(earlier.busy),
+            idle: self.idle.saturating_sub(earlier.idle),
+            steal: self.steal.saturating_sub(earlier.steal),
+        }
+    }
+
+    pub fn busy(&self) -> Duration {
+        self.busy
+    }
+
+    pub fn idle(&self) -> Duration {
+        self.idle
+    }
+
+    pub fn steal(&self) -> Duration {
+        self.steal
+    }
+}
