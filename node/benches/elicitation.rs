@@ -988,7 +988,7 @@ async fn sustained(http: &reqwest::Client, nginx: &Path, minutes: u64) {
         let ours = server_cpu + generator_after.saturating_sub(*generator_before);
         let host = host_after.since(host_before);
         let cores = |d: Duration| d.as_secs_f64() / SUSTAINED_WINDOW.as_secs_f64();
-        let other = cores(host.busy().saturating_sub(ours));
+        let other = cores(host.busy.saturating_sub(ours));
         let (p50, p99, max) = (percentile(&latencies, 0.5), percentile(&latencies, 0.99), latencies.last().copied().unwrap_or_default());
         let (rss, peak, data, _) = &samples[k];
         let rss_text: Vec<String> = rss.iter().map(|r| format!("{r:>6.1}")).collect();
@@ -999,8 +999,8 @@ async fn sustained(http: &reqwest::Client, nginx: &Path, minutes: u64) {
             ms(p99),
             ms(max),
             rss_text.join(" "),
-            cores(host.idle()),
-            cores(host.steal())
+            cores(host.idle),
+            cores(host.steal)
         );
         rows.push((per_sec, p99, max, *peak, cpu_per_trip));
     }

@@ -4,7 +4,6 @@ use std::time::Duration;
 
 /// CPU time (user + system) the processes `pids` have used so far.
 pub fn cpu_time(pids: &[u32]) -> Duration {
-    // Clock ticks of 10 ms (USER_HZ is 100 on Linux).
     let ticks: u64 = pids
         .iter()
         .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
@@ -15,6 +14,11 @@ pub fn cpu_time(pids: &[u32]) -> Duration {
             fields[11].parse::<u64>().unwrap_or(0) + fields[12].parse::<u64>().unwrap_or(0)
         })
         .sum();
+    from_ticks(ticks)
+}
+
+/// The time `ticks` clock ticks of /proc make: 10 ms each (USER_HZ is 100 on Linux).
+fn from_ticks(ticks: u64) -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
@@ -23,9 +27,9 @@ pub fn cpu_time(pids: &[u32]) -> Duration {
 /// (steal).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct HostCpu {
-    busy: Duration,
-    idle: Duration,
-    steal: Duration,
+    pub busy: Duration,
+    pub idle: Duration,
+    pub steal: Duration,
 }
 
 impl HostCpu {
@@ -37,7 +41,7 @@ impl HostCpu {
             .filter(|line| line.starts_with("cpu "))
             .map(|line| line.split_whitespace().skip(1).map(|t| t.parse().unwrap_or(0)).collect())
             .unwrap_or_default();
-        let tick = |i: usize| Duration::from_millis(ticks.get(i).copied().unwrap_or(0) * 10);
+        let tick = |i: usize| from_ticks(ticks.get(i).copied().unwrap_or(0));
         // user nice system idle iowait irq softirq steal: busy leaves out idle, iowait and steal.
         HostCpu { busy: tick(0) + tick(1) + tick(2) + tick(5) + tick(6), idle: tick(3) + tick(4), steal: tick(7) }
     }
@@ -49,17 +53,5 @@ impl HostCpu {
             idle: self.idle.saturating_sub(earlier.idle),
             steal: self.steal.saturating_sub(earlier.steal),
         }
-    }
-
-    pub fn busy(&self) -> Duration {
-        self.busy
-    }
-
-    pub fn idle(&self) -> Duration {
-        self.idle
-    }
-
-    pub fn steal(&self) -> Duration {
-        self.steal
     }
 }
