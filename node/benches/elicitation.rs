@@ -37,6 +37,9 @@
 //!   servers (nodes and nginx) spent per round trip beside the host's cores that other
 //!   processes used, sat idle (or waited for I/O) and the hypervisor withheld (steal): a window
 //!   that slows with its cost per trip flat was held back by something else, not made dearer.
+//!   The load generator's CPU per round trip and a fixed-work probe (the fastest of a few
+//!   runs of a register-only loop, timed every half second) tell a dearer trip from a slower
+//!   machine: neither depends on what the servers hold.
 
 #[path = "support/cpu.rs"]
 mod cpu;
@@ -46,7 +49,7 @@ mod nginx;
 #[path = "reference/rmcp.rs"]
 mod rmcp_reference;
 
-use cpu::{HostCpu, cpu_time};
+use cpu::{HostCpu, SpeedProbe, cpu_time};
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -956,6 +959,7 @@ async fn sustained(http: &reqwest::Client, nginx: &Path, minutes: u64) {
     let servers: Vec<u32> = pids.iter().copied().chain(front.pids()).collect();
     let cpu_now = || (cpu_time(&servers), cpu_time(&[std::process::id()]), HostCpu::read());
     let mut cpu = vec![cpu_now()];
+    let probe = SpeedProbe::start();
     let mut samples = Vec::new();
     for k in 1..=windows {
         let end = started + SUSTAINED_WINDOW * k as u32;
@@ -974,8 +978,12 @@ async fn sustained(http: &reqwest::Client, nginx: &Path, minutes: u64) {
         let k = (finished.duration_since(started).as_secs_f64() / SUSTAINED_WINDOW.as_secs_f64()) as usize;
         by_window[k.min(windows - 1)].push(trip.elapsed);
     }
+    // Two yardsticks beside the servers' cost per trip. The load generator's work per trip does
+    // not depend on what the servers hold: when its cost rises with theirs, the cause is shared
+    // (the machine, or less batching on a slower run), not their state. The probe is the core's
+    // speed alone, which no steal counter shows.
     println!(
-        "  window   trips/s      p50 ms   p99 ms   max ms   RSS of the nodes (MB)   peak (MB)   data dirs (MB)   server CPU/trip ms   cores: other   idle   steal"
+        "  window   trips/s      p50 ms   p99 ms   max ms   RSS of the nodes (MB)   peak (MB)   data dirs (MB)   server CPU/trip ms   generator CPU/trip ms   probe us   cores: other   idle   steal"
     );
     let mut rows = Vec::new();
     for (k, mut latencies) in by_window.into_iter().take(windows).enumerate() {
@@ -983,17 +991,21 @@ async fn sustained(http: &reqwest::Client, nginx: &Path, minutes: u64) {
         let per_sec = latencies.len() as f64 / SUSTAINED_WINDOW.as_secs_f64();
         let ((servers_before, generator_before, host_before), (servers_after, generator_after, host_after)) = (&cpu[k], &cpu[k + 1]);
         let server_cpu = servers_after.saturating_sub(*servers_before);
-        let cpu_per_trip = server_cpu.as_secs_f64() * 1000.0 / latencies.len().max(1) as f64;
+        let generator_cpu = generator_after.saturating_sub(*generator_before);
+        let per_trip = |cpu: Duration| cpu.as_secs_f64() * 1000.0 / latencies.len().max(1) as f64;
+        let (cpu_per_trip, generator_per_trip) = (per_trip(server_cpu), per_trip(generator_cpu));
         // The host's cores in the window: busy with anything but this run, idle, withheld.
-        let ours = server_cpu + generator_after.saturating_sub(*generator_before);
+        let ours = server_cpu + generator_cpu;
         let host = host_after.since(host_before);
         let cores = |d: Duration| d.as_secs_f64() / SUSTAINED_WINDOW.as_secs_f64();
         let other = cores(host.busy.saturating_sub(ours));
         let (p50, p99, max) = (percentile(&latencies, 0.5), percentile(&latencies, 0.99), latencies.last().copied().unwrap_or_default());
+        let window_start = started + SUSTAINED_WINDOW * k as u32;
+        let probe_us = probe.median_between(window_start, window_start + SUSTAINED_WINDOW).map_or(f64::NAN, |d| d.as_secs_f64() * 1e6);
         let (rss, peak, data, _) = &samples[k];
         let rss_text: Vec<String> = rss.iter().map(|r| format!("{r:>6.1}")).collect();
         println!(
-            "  {:>6} {per_sec:>9.0} {:>11.2} {:>8.2} {:>8.1}   {:<23} {peak:>9.1} {data:>16.1} {cpu_per_trip:>20.3} {other:>14.2} {:>6.2} {:>7.2}",
+            "  {:>6} {per_sec:>9.0} {:>11.2} {:>8.2} {:>8.1}   {:<23} {peak:>9.1} {data:>16.1} {cpu_per_trip:>20.3} {generator_per_trip:>23.3} {probe_us:>10.0} {other:>14.2} {:>6.2} {:>7.2}",
             k + 1,
             ms(p50),
             ms(p99),
@@ -1002,7 +1014,7 @@ async fn sustained(http: &reqwest::Client, nginx: &Path, minutes: u64) {
             cores(host.idle),
             cores(host.steal)
         );
-        rows.push((per_sec, p99, max, *peak, cpu_per_trip));
+        rows.push((per_sec, p99, max, *peak, cpu_per_trip, generator_per_trip, probe_us));
     }
     println!("\n  what node 0 holds at each window's end (records of the replicated state; log entries in memory; snapshot)");
     println!("  window   mailboxes  of them tombstones   pending   dedup   log entries   snapshot MB   Raft term");
@@ -1030,6 +1042,18 @@ async fn sustained(http: &reqwest::Client, nginx: &Path, minutes: u64) {
         last.4 / first.4,
         last.4,
         first.4
+    );
+    println!(
+        "  load generator CPU per round trip, last window / first      x{:.2} ({:.3} vs {:.3} ms; the same work every trip, whatever the servers hold)",
+        last.5 / first.5,
+        last.5,
+        first.5
+    );
+    println!(
+        "  fixed-work probe, last window / first                        x{:.2} ({:.0} vs {:.0} us; the core's own speed: a rise is a slower machine)",
+        last.6 / first.6,
+        last.6,
+        first.6
     );
     drop(front);
 }

@@ -1,6 +1,8 @@
 //! CPU time of processes, read from /proc: shared by the benches (included by path).
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// CPU time (user + system) the processes `pids` have used so far.
 pub fn cpu_time(pids: &[u32]) -> Duration {
@@ -53,5 +55,62 @@ impl HostCpu {
             idle: self.idle.saturating_sub(earlier.idle),
             steal: self.steal.saturating_sub(earlier.steal),
         }
+    }
+}
+
+/// How fast this machine's CPU runs a fixed piece of work, read on a thread of its own while
+/// a bench runs: a slower window with a slower probe had a slower machine (a neighbour on the
+/// physical core, a lower clock), which no steal counter shows.
+///
+/// Each reading is the fastest of a few short runs of a register-only loop, by the wall clock:
+/// a run the scheduler preempts is slow and is not the fastest, so a saturated machine still
+/// reads true, and the loop touches no memory, so the benched servers' cache misses do not
+/// count. About 0.5 % of a core.
+pub struct SpeedProbe {
+    readings: Arc<Mutex<Vec<(Instant, Duration)>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl SpeedProbe {
+    const EVERY: Duration = Duration::from_millis(500);
+    const RUNS: usize = 8;
+    const STEPS: u64 = 100_000;
+
+    pub fn start() -> SpeedProbe {
+        let probe = SpeedProbe { readings: Default::default(), stop: Default::default() };
+        let (readings, stop) = (probe.readings.clone(), probe.stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let fastest = (0..Self::RUNS).map(|_| Self::time_one_run()).min().unwrap_or_default();
+                readings.lock().unwrap().push((Instant::now(), fastest));
+                std::thread::sleep(Self::EVERY);
+            }
+        });
+        probe
+    }
+
+    /// A chain of dependent multiplies and shifts: its time is the core's speed alone.
+    fn time_one_run() -> Duration {
+        let started = Instant::now();
+        let mut x = std::hint::black_box(0x9e37_79b9_7f4a_7c15_u64);
+        for _ in 0..Self::STEPS {
+            x = (x ^ (x >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        }
+        std::hint::black_box(x);
+        started.elapsed()
+    }
+
+    /// The median reading taken between `from` and `to`.
+    pub fn median_between(&self, from: Instant, to: Instant) -> Option<Duration> {
+        let mut within: Vec<Duration> =
+            self.readings.lock().unwrap().iter().filter(|(at, _)| (from..to).contains(at)).map(|(_, took)| *took).collect();
+        within.sort();
+        within.get(within.len() / 2).copied()
+    }
+}
+
+impl Drop for SpeedProbe {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
     }
 }
