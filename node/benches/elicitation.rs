@@ -934,6 +934,22 @@ const SUSTAINED_WINDOW: Duration = Duration::from_secs(30);
 /// How often the sustained run reads the nodes' RSS.
 const RSS_EVERY: Duration = Duration::from_secs(1);
 
+/// One window of the sustained run, as its summary compares them.
+#[derive(Clone, Copy)]
+struct Window {
+    per_sec: f64,
+    p99: Duration,
+    max: Duration,
+    /// The largest RSS of any node in the window, MB.
+    peak_rss: f64,
+    /// The servers' CPU per round trip, ms.
+    cpu_per_trip: f64,
+    /// The load generator's CPU per round trip, ms.
+    generator_per_trip: f64,
+    /// The [`SpeedProbe`]'s median reading, µs.
+    probe_us: f64,
+}
+
 /// `-- sustained [minutes]`: 3 durable nodes behind nginx, CONCURRENCY clients without pause
 /// for `minutes` (15 by default), one row per 30 s window: does the cost grow with time?
 async fn sustained(http: &reqwest::Client, nginx: &Path, minutes: u64) {
@@ -1014,7 +1030,7 @@ async fn sustained(http: &reqwest::Client, nginx: &Path, minutes: u64) {
             cores(host.idle),
             cores(host.steal)
         );
-        rows.push((per_sec, p99, max, *peak, cpu_per_trip, generator_per_trip, probe_us));
+        rows.push(Window { per_sec, p99, max, peak_rss: *peak, cpu_per_trip, generator_per_trip, probe_us });
     }
     println!("\n  what node 0 holds at each window's end (records of the replicated state; log entries in memory; snapshot)");
     println!("  window   mailboxes  of them tombstones   pending   dedup   log entries   snapshot MB   Raft term");
@@ -1027,33 +1043,40 @@ async fn sustained(http: &reqwest::Client, nginx: &Path, minutes: u64) {
         );
     }
     let (first, last) = (rows[0], rows[rows.len() - 1]);
-    let worst = rows.iter().map(|r| r.2).max().unwrap_or_default();
-    let peak_rss = rows.iter().map(|r| r.3).fold(0.0, f64::max);
+    let worst = rows.iter().map(|r| r.max).max().unwrap_or_default();
+    let peak_rss = rows.iter().map(|r| r.peak_rss).fold(0.0, f64::max);
     println!("\nsummary (issue 14 sustained-load targets)");
     let target = |name: &str, measured: String, ok: bool| println!("  {name:<56} {measured:<30} {}", verdict(ok));
-    let ratio = last.0 / first.0;
-    target("throughput, last window / first (>= 0.9)", format!("x{ratio:.2} ({:.0} vs {:.0})", last.0, first.0), ratio >= 0.9);
-    let ratio = last.1.as_secs_f64() / first.1.as_secs_f64();
-    target("p99, last window / first (<= 1.5)", format!("x{ratio:.2} ({:.1} vs {:.1} ms)", ms(last.1), ms(first.1)), ratio <= 1.5);
+    let ratio = last.per_sec / first.per_sec;
+    target("throughput, last window / first (>= 0.9)", format!("x{ratio:.2} ({:.0} vs {:.0})", last.per_sec, first.per_sec), ratio >= 0.9);
+    let ratio = last.p99.as_secs_f64() / first.p99.as_secs_f64();
+    target("p99, last window / first (<= 1.5)", format!("x{ratio:.2} ({:.1} vs {:.1} ms)", ms(last.p99), ms(first.p99)), ratio <= 1.5);
     target("longest round trip (<= 200 ms)", format!("{:.1} ms", ms(worst)), worst <= Duration::from_millis(200));
     target("largest node RSS, read every second (< 300 MB)", format!("{peak_rss:.1} MB"), peak_rss < 300.0);
-    println!(
-        "  server CPU per round trip, last window / first              x{:.2} ({:.3} vs {:.3} ms; the cost of a trip, whatever the host did)",
-        last.4 / first.4,
-        last.4,
-        first.4
+    // Figures without a target: what a slow last window was made of.
+    let last_over_first = |name: &str, last: f64, first: f64, figures: String, meaning: &str| {
+        println!("  {name:<60} x{:.2} ({figures}; {meaning})", last / first)
+    };
+    last_over_first(
+        "server CPU per round trip, last window / first",
+        last.cpu_per_trip,
+        first.cpu_per_trip,
+        format!("{:.3} vs {:.3} ms", last.cpu_per_trip, first.cpu_per_trip),
+        "the cost of a trip, whatever the host did",
     );
-    println!(
-        "  load generator CPU per round trip, last window / first      x{:.2} ({:.3} vs {:.3} ms; the same work every trip, whatever the servers hold)",
-        last.5 / first.5,
-        last.5,
-        first.5
+    last_over_first(
+        "load generator CPU per round trip, last window / first",
+        last.generator_per_trip,
+        first.generator_per_trip,
+        format!("{:.3} vs {:.3} ms", last.generator_per_trip, first.generator_per_trip),
+        "the same work every trip, whatever the servers hold",
     );
-    println!(
-        "  fixed-work probe, last window / first                        x{:.2} ({:.0} vs {:.0} us; the core's own speed: a rise is a slower machine)",
-        last.6 / first.6,
-        last.6,
-        first.6
+    last_over_first(
+        "fixed-work probe, last window / first",
+        last.probe_us,
+        first.probe_us,
+        format!("{:.0} vs {:.0} us", last.probe_us, first.probe_us),
+        "the core's own speed: a rise is a slower machine",
     );
     drop(front);
 }
