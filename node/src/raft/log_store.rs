@@ -434,7 +434,16 @@ impl Segments {
                         state.replay(record);
                         at += used;
                     }
-                    Err(why) if last => {
+                    Err(BadRecord::Unknown(e)) => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!(
+                                "Raft log segment {} holds a record this version cannot read at offset {at} ({e}): written by a newer version of switchboard? Run that version (nothing was changed)",
+                                path.display()
+                            ),
+                        ));
+                    }
+                    Err(BadRecord::Torn(why)) if last => {
                         tracing::warn!(segment = %path.display(), offset = at, dropped = bytes.len() - at, why, "torn record at the end of the Raft log dropped (a write cut short by a crash; never acknowledged)");
                         let file = OpenOptions::new().write(true).open(&path)?;
                         file.set_len(at as u64)?;
@@ -442,7 +451,7 @@ impl Segments {
                         bytes.truncate(at);
                         break;
                     }
-                    Err(why) => {
+                    Err(BadRecord::Torn(why)) => {
                         return Err(io::Error::new(
                             io::ErrorKind::InvalidData,
                             format!("Raft log segment {} is corrupt at offset {at}: {why}", path.display()),
@@ -548,22 +557,32 @@ fn write_zeros(file: &File, from: u64, to: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// Why no record could be read where one starts.
+enum BadRecord {
+    /// Cut short, or failing its checksum: a write torn by a crash (at the end of the log).
+    Torn(&'static str),
+    /// Whole and checksummed, but not a record this version knows: written by a newer version
+    /// (a new kind of entry), never torn. Cutting it off would drop committed entries.
+    Unknown(rmp_serde::decode::Error),
+}
+
 /// One record from the start of `bytes`, and the bytes it used; or why there is none.
-fn read_record(bytes: &[u8]) -> Result<(Record, usize), &'static str> {
+fn read_record(bytes: &[u8]) -> Result<(Record, usize), BadRecord> {
     if bytes.len() < RECORD_HEADER_BYTES {
-        return Err("cut short in its header");
+        return Err(BadRecord::Torn("cut short in its header"));
     }
     let len = u32::from_le_bytes(bytes[0..4].try_into().expect("4 bytes"));
     let crc = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
-    if len > MAX_RECORD_BYTES {
-        return Err("impossible length");
+    // Zeros pass the checksum (an empty payload's is zero): no record is empty.
+    if len == 0 || len > MAX_RECORD_BYTES {
+        return Err(BadRecord::Torn("impossible length"));
     }
     let end = RECORD_HEADER_BYTES + len as usize;
-    let payload = bytes.get(RECORD_HEADER_BYTES..end).ok_or("cut short in its payload")?;
+    let payload = bytes.get(RECORD_HEADER_BYTES..end).ok_or(BadRecord::Torn("cut short in its payload"))?;
     if crc32fast::hash(payload) != crc {
-        return Err("checksum mismatch");
+        return Err(BadRecord::Torn("checksum mismatch"));
     }
-    let record = decode(payload).map_err(|_| "undecodable payload")?;
+    let record = decode(payload).map_err(BadRecord::Unknown)?;
     Ok((record, end))
 }
 
@@ -1044,6 +1063,25 @@ mod tests {
         drop(store);
         let mut store = LogStore::open(dir.path()).unwrap();
         assert_eq!(indexes(&store.try_get_log_entries(0..).await.unwrap()), vec![1, 2, 3, 4, 5, 6]);
+    }
+
+    /// A whole record this version cannot decode (a kind of entry a newer version writes, as
+    /// after a rollback) is not a torn write: the log is refused as it is, not cut there.
+    #[tokio::test]
+    async fn a_whole_record_of_a_newer_version_is_refused_not_cut_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let segment = closed_log(dir.path(), Vote::new(3, 1), 5).await;
+        let payload = crate::peer::codec::encode(&serde_json::json!({"RecordOfTheFuture": [1, 2, 3]}));
+        let mut record = (payload.len() as u32).to_le_bytes().to_vec();
+        record.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+        record.extend_from_slice(&payload);
+        OpenOptions::new().append(true).open(&segment).unwrap().write_all(&record).unwrap();
+        let grown = std::fs::metadata(&segment).unwrap().len();
+        for _ in 0..2 {
+            let error = LogStore::open(dir.path()).err().expect("refused");
+            assert!(error.to_string().contains("cannot read"), "{error}");
+            assert_eq!(std::fs::metadata(&segment).unwrap().len(), grown, "nothing cut");
+        }
     }
 
     #[tokio::test]
