@@ -141,6 +141,71 @@ async fn values_the_owner_took_are_released_together() {
     cluster.stop_all().await;
 }
 
+/// A lone member proposes the writes that come while an entry is in flight as one entry, each
+/// write with its own outcome; a member of a cluster never does (an older member could not
+/// apply a batch entry during a rolling update).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_member_batches_concurrent_writes_and_a_cluster_member_does_not() {
+    use switchboard_node::mailbox::CreateOutcome;
+    use switchboard_node::raft::state_machine::{Command, JsonText, Response};
+    for members in [1, 3] {
+        let mut cluster = TestCluster::start(members).await;
+        let leader = cluster.wait_for_leader(Duration::from_secs(5)).await;
+        let node = cluster.node(leader).clone();
+        let keys: Vec<_> = (0..64).map(|_| MailboxKey::random()).collect();
+        let session = SessionTag::default();
+        let creates = keys.iter().map(|key| node.propose(Command::MailboxCreate { key: key.clone(), session, owner: 0, ttl_ms: 60_000 }));
+        let created = futures::future::join_all(creates).await;
+        // Each key answered twice at once: the first value wins, the second is told so.
+        let answer = |key: &MailboxKey, n: u64| Command::MailboxDeliver {
+            key: key.clone(),
+            session,
+            value: JsonText::from(&json!(n)),
+            addressee: None,
+        };
+        let answers = keys.iter().flat_map(|key| [answer(key, 1), answer(key, 2)]).map(|command| node.propose(command));
+        let delivered = futures::future::join_all(answers).await;
+
+        let mut indexes = std::collections::BTreeSet::new();
+        for outcome in &created {
+            let (response, index) = outcome.as_ref().expect("every create commits");
+            assert_eq!(response, &Response::Created(CreateOutcome::Created), "{members} members");
+            indexes.insert(*index);
+        }
+        for (key, pair) in keys.iter().zip(delivered.chunks(2)) {
+            let outcomes: Vec<_> = pair.iter().map(|o| o.as_ref().expect("every answer commits")).collect();
+            indexes.extend(outcomes.iter().map(|(_, index)| *index));
+            let firsts: Vec<_> = outcomes.iter().map(|(r, _)| r == &Response::Delivered(DeliverOutcome::Delivered)).collect();
+            let first = firsts.iter().position(|first| *first).expect("one answer is delivered");
+            assert_eq!(
+                outcomes[1 - first].0,
+                Response::Delivered(DeliverOutcome::AlreadyDelivered),
+                "{members} members: the other answer is a duplicate"
+            );
+            let kept = node.sm.read(|sm| sm.state_of(key).cloned());
+            let expected = switchboard_node::raft::state_machine::MailboxState::Delivered(JsonText::from(&json!(first + 1)));
+            assert_eq!(kept, Some(expected), "{members} members: the delivered value is the one told it was");
+        }
+        let writes = created.len() + delivered.len();
+        if members == 1 {
+            assert!(indexes.len() < writes / 4, "{} entries for {writes} concurrent writes on a lone member", indexes.len());
+            // Replayed from the log at a restart, the batch entries rebuild the same state.
+            let before = node.sm.read(|sm| sm.digest());
+            drop(node);
+            cluster.kill(0).await;
+            cluster.restart(0).await;
+            cluster.wait_for_leader(Duration::from_secs(5)).await;
+            let node = cluster.node(0);
+            assert!(node.sm.applied_at_least(*indexes.last().unwrap(), Duration::from_secs(5)).await);
+            let after = node.sm.read(|sm| sm.digest());
+            assert_eq!(after, before, "the state rebuilt from batch entries is the state they made");
+        } else {
+            assert_eq!(indexes.len(), writes, "a cluster's leader gives every write an entry of its own");
+        }
+        cluster.stop_all().await;
+    }
+}
+
 /// An owner that takes more values in a window than one release entry names releases them all
 /// in the next window: released one entry a window, they fell further behind each second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,6 +17,7 @@
 //!   leader fails the tasks of a member gone silent.
 
 pub mod append_stream;
+mod batcher;
 pub mod clock;
 pub mod config;
 pub mod data_key;

@@ -4,6 +4,7 @@
 //! [`super::stores`].
 
 use super::Raft;
+use super::batcher::{self, Admission, Batcher, Queued};
 use super::clock::{CLOCK_QUERY_TIMEOUT, CLOCK_STRAGGLER_WAIT, LeaderClock, majority_time};
 use super::config::RaftNodeConfig;
 use super::error::RaftStoreError;
@@ -47,6 +48,8 @@ pub struct RaftNode {
     pub sm: StateMachineStore,
     pub client: PeerClient,
     forwarder: Forwarder,
+    /// This node's writes while it leads alone, proposed many to an entry.
+    batcher: Batcher,
     pub(super) config: RaftNodeConfig,
     serial: AtomicU64,
     /// This run of the process: the tasks an earlier run owned died with it (every task store
@@ -106,6 +109,7 @@ impl RaftNode {
             raft,
             sm,
             forwarder: Forwarder::start(client.clone(), config.write_timeout, config.replication_batch_bytes),
+            batcher: Batcher::new(config.max_entry_bytes),
             client,
             // Random start: a restarted node must not reuse serials still in the dedup window.
             serial: AtomicU64::new(rand::random::<u64>() >> 1),
@@ -314,7 +318,7 @@ impl RaftNode {
     /// same write id (so a retry of a write that did commit gets its first outcome). Every
     /// attempt, here as leader or forwarded, is bounded by what is left of the write timeout:
     /// a leader that lost its quorum fails the write at the timeout instead of holding it.
-    pub async fn propose(&self, command: Command) -> Result<(Response, u64), RaftStoreError> {
+    pub async fn propose(self: &Arc<Self>, command: Command) -> Result<(Response, u64), RaftStoreError> {
         let size = encoded_len(&command);
         if size > self.config.max_entry_bytes {
             self.metrics.limit_refused("entry_bytes");
@@ -327,7 +331,7 @@ impl RaftNode {
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(10));
             let attempt = match self.leader() {
-                Some((id, _)) if id == self.id => self.write_here_within(Some(write), command.clone(), remaining).await,
+                Some((id, _)) if id == self.id => self.write_here(write, &command, size, remaining).await,
                 Some((_, addr)) => {
                     let forwarded = ForwardedWrite { write, command: command.clone() };
                     self.forwarder.forward(addr, forwarded, remaining).await.unwrap_or_else(|e| Err(Refusal::Unavailable(e.to_string())))
@@ -429,6 +433,52 @@ impl RaftNode {
 }
 
 impl RaftNode {
+    /// Propose this node's write as leader: with the writes that come while an entry is in
+    /// flight when this node is the whole membership (see [`super::batcher`]), alone otherwise.
+    async fn write_here(self: &Arc<Self>, write: WriteId, command: &Command, size: usize, within: Duration) -> WriteReply {
+        if !self.is_whole_membership() {
+            return self.write_here_within(Some(write), command.clone(), within).await;
+        }
+        match self.batcher.admit(write, command.clone(), size) {
+            Admission::Propose(command) => {
+                let _turn = BatchTurn(self);
+                self.write_here_within(Some(write), command, within).await
+            }
+            Admission::Wait(outcome) => match tokio::time::timeout(within, outcome).await {
+                Ok(Ok(reply)) => reply,
+                Ok(Err(_)) => Err(Refusal::Unavailable("member stopping: the write's batch was not proposed".into())),
+                Err(_) => Err(Refusal::Unavailable(format!("not committed by a quorum within {within:?}"))),
+            },
+        }
+    }
+
+    /// The membership (voters and learners) is this node alone.
+    fn is_whole_membership(&self) -> bool {
+        let receiver = self.raft.metrics();
+        let metrics = receiver.borrow_watched();
+        let mut nodes = metrics.membership_config.membership().nodes();
+        matches!((nodes.next(), nodes.next()), (Some((id, _)), None) if *id == self.id)
+    }
+
+    /// Propose `first` and the batches after it while writes keep waiting, in a task of its
+    /// own: a caller that stops waiting (a timeout, a dropped request) does not stop the others'.
+    fn propose_batches(self: &Arc<Self>, first: Vec<Queued>) {
+        let node = Arc::clone(self);
+        let task = tokio::spawn(async move {
+            let mut batch = first;
+            loop {
+                let (write, command) = batcher::command_for(&batch);
+                let reply = node.write_here_within(write, command, node.config.write_timeout).await;
+                batcher::answer(batch, reply);
+                match node.batcher.next_batch() {
+                    Some(next) => batch = next,
+                    None => return,
+                }
+            }
+        });
+        self.tasks.track(task);
+    }
+
     /// Propose on this node as leader, stamping the leader's (agreed) clock into the entry,
     /// and give up waiting after `within`. openraft's `client_write` waits for the commit
     /// however long it takes, and a leader cut off from its followers keeps leading (it never
@@ -497,6 +547,21 @@ impl RaftNode {
             tracing::warn!(offset_ms = offset, "this node's clock is off the voters' majority time; stamping theirs");
         }
         self.clock.agreed_now()
+    }
+}
+
+/// The batcher's turn, held by a write proposed at once: when it ends (the write answered, or
+/// its caller gone) the writes that came meanwhile go.
+struct BatchTurn<'a>(&'a Arc<RaftNode>);
+
+impl Drop for BatchTurn<'_> {
+    fn drop(&mut self) {
+        if let Some(batch) = self.0.batcher.next_batch() {
+            // Outside a runtime (it is shutting down) the batch's waiters are told so.
+            if tokio::runtime::Handle::try_current().is_ok() {
+                self.0.propose_batches(batch);
+            }
+        }
     }
 }
 

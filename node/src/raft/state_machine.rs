@@ -155,6 +155,18 @@ pub enum Command {
         node: NodeId,
         survivor: Option<u64>,
     },
+    /// Writes proposed together as one entry (see `super::batcher`): each applied in turn at
+    /// the entry's time, as a write of its own (its id deduplicated, its own response).
+    Batch {
+        writes: Vec<BatchedWrite>,
+    },
+}
+
+/// One write of a [`Command::Batch`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchedWrite {
+    pub write: Option<WriteId>,
+    pub command: Command,
 }
 
 /// A command as it is written to the log.
@@ -186,6 +198,8 @@ pub enum Response {
     Task(Result<Vec<String>, TaskRefusal>),
     /// How many tasks a lost owner's loss failed.
     TasksFailed(usize),
+    /// A [`Command::Batch`]'s responses, one per write in its order.
+    Batch(Vec<Response>),
 }
 
 /// The responses nearly every remembered write has (a create's, a delivery's): a remembered
@@ -362,16 +376,22 @@ impl StateMachine {
     pub fn apply(&mut self, request: &Request) -> (Response, Vec<Wake>) {
         let mut wakes = Vec::new();
         self.advance(self.log_time_after(request), &mut wakes);
-        if let Some(write) = request.write
+        let response = self.write_once(request.write, &request.command, &mut wakes);
+        (response, wakes)
+    }
+
+    /// Execute `command`, or, if `write` was applied before (a retry), answer its first outcome.
+    fn write_once(&mut self, write: Option<WriteId>, command: &Command, wakes: &mut Vec<Wake>) -> Response {
+        if let Some(write) = write
             && let Some(remembered) = self.dedup.get(write)
         {
-            return (remembered.response(), wakes);
+            return remembered.response();
         }
-        let response = self.execute(&request.command, &mut wakes);
-        if let Some(write) = request.write {
+        let response = self.execute(command, wakes);
+        if let Some(write) = write {
             self.dedup.remember(write, Remembered::of(&response), self.now);
         }
-        (response, wakes)
+        response
     }
 
     /// Log time once `request` is applied: its stamp if later than log time, but no more than
@@ -599,6 +619,9 @@ impl StateMachine {
             }
             Command::TaskFinish { id, outcome } => Response::Task(self.tasks.finish(now, id, outcome).map(|()| Vec::new())),
             Command::TaskOwnerLost { node, survivor } => Response::TasksFailed(self.tasks.owner_lost(now, *node, *survivor)),
+            Command::Batch { writes } => {
+                Response::Batch(writes.iter().map(|batched| self.write_once(batched.write, &batched.command, wakes)).collect())
+            }
             Command::SessionDelete { id } => match self.sessions.remove(id) {
                 Some(session) => {
                     self.sessions_by_expiry.remove(&(session.expires_at, id.clone()));
@@ -1022,6 +1045,56 @@ mod tests {
         let other =
             sm.apply(&Request { now: 1300, clock_agreed: true, write: Some(WriteId { origin: 2, serial: 10 }), command: deliver }).0;
         assert_eq!(other, Response::Delivered(DeliverOutcome::AlreadyDelivered));
+    }
+
+    #[test]
+    fn a_batch_applies_each_write_as_its_own_and_ends_where_the_same_writes_one_entry_each_end() {
+        let (a, b, c) = (WriteId { origin: 1, serial: 1 }, WriteId { origin: 1, serial: 2 }, WriteId { origin: 1, serial: 3 });
+        let create = Command::MailboxCreate { key: key(1), session: SessionTag::default(), owner: 1, ttl_ms: 500 };
+        let answer = |v: &str| Command::MailboxDeliver { key: key(1), session: SessionTag::default(), value: text(v), addressee: None };
+        let writes = vec![(Some(a), create), (Some(b), answer("first")), (Some(c), answer("second")), (None, Command::Tick)];
+
+        let mut batched = StateMachine::default();
+        let batch = Command::Batch {
+            writes: writes.iter().map(|(write, command)| BatchedWrite { write: *write, command: command.clone() }).collect(),
+        };
+        let (response, wakes) = batched.apply(&req(1000, batch));
+        assert_eq!(
+            response,
+            Response::Batch(vec![
+                Response::Created(CreateOutcome::Created),
+                Response::Delivered(DeliverOutcome::Delivered),
+                Response::Delivered(DeliverOutcome::AlreadyDelivered),
+                Response::Done,
+            ]),
+            "one response per write, in order, each seeing the writes before it"
+        );
+        assert_eq!(wakes, [Wake::Delivered(key(1), text("first"))]);
+
+        let mut one_each = StateMachine::default();
+        for (write, command) in writes {
+            one_each.apply(&Request { now: 1000, clock_agreed: true, write, command });
+        }
+        assert_eq!(batched.digest(), one_each.digest());
+
+        // A retry of a batched write, alone or in another batch, gets its first outcome.
+        let retry = Request { now: 1100, clock_agreed: true, write: Some(b), command: answer("retry") };
+        assert_eq!(batched.apply(&retry).0, Response::Delivered(DeliverOutcome::Delivered));
+        let again = Command::Batch { writes: vec![BatchedWrite { write: Some(c), command: answer("retry") }] };
+        assert_eq!(batched.apply(&req(1200, again)).0, Response::Batch(vec![Response::Delivered(DeliverOutcome::AlreadyDelivered)]));
+        assert_eq!(batched.state_of(&key(1)), Some(&MailboxState::Delivered(text("first"))));
+    }
+
+    #[test]
+    fn a_batch_entry_decodes_as_it_was_written() {
+        let batch = Command::Batch {
+            writes: vec![
+                BatchedWrite { write: Some(WriteId { origin: 7, serial: u64::MAX }), command: Command::Tick },
+                BatchedWrite { write: None, command: Command::MailboxDelete { key: key(3) } },
+            ],
+        };
+        let request = Request { now: 1, clock_agreed: false, write: None, command: batch };
+        assert_eq!(crate::peer::codec::decode::<Request>(&crate::peer::codec::encode(&request)).unwrap(), request);
     }
 
     #[test]
