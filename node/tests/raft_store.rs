@@ -206,6 +206,23 @@ async fn a_lone_member_batches_concurrent_writes_and_a_cluster_member_does_not()
     }
 }
 
+/// Snapshots come every `snapshot_every` writes, not entries: a batch entry holds many writes,
+/// and counted by entries the log kept in memory between snapshots grew with the batch size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_member_snapshots_by_writes_however_few_entries_carry_them() {
+    use switchboard_node::raft::state_machine::Command;
+    let mut cluster = TestCluster::start_with(1, |c| c.snapshot_every = 500).await;
+    let node = cluster.node(0).clone();
+    let writes = (0..600).map(|_| node.propose(Command::MailboxDelete { key: MailboxKey::random() }));
+    let indexes: std::collections::BTreeSet<u64> =
+        futures::future::join_all(writes).await.into_iter().map(|outcome| outcome.expect("every write commits").1).collect();
+    assert!(indexes.len() < 250, "{} entries: too few writes to a batch to tell writes from entries", indexes.len());
+    let snapshot = node.raft.wait(Some(Duration::from_secs(5))).metrics(|m| m.snapshot.is_some(), "a snapshot").await;
+    assert!(snapshot.is_ok(), "600 writes in {} entries, and no snapshot", indexes.len());
+    assert!(cluster.data_dir(0).join("snapshot.bin").exists());
+    cluster.stop_all().await;
+}
+
 /// An owner that takes more values in a window than one release entry names releases them all
 /// in the next window: released one entry a window, they fell further behind each second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -135,6 +135,7 @@ impl RaftNode {
                 timer.tick().await;
                 let Some(node) = weak.upgrade() else { return };
                 node.publish_metrics();
+                node.snapshot_by_writes().await;
                 // Only the leader stamps time into the log, and only when something fell due.
                 // Bounded like every write: a leader without a quorum must not stall the ticker
                 // (and with it the metrics it publishes).
@@ -147,6 +148,17 @@ impl RaftNode {
             }
         });
         self.tasks.track(ticker);
+    }
+
+    /// Ask for a snapshot once `snapshot_every` writes were applied since the last one began.
+    /// openraft counts entries, and a batch entry holds many writes: by entries alone, the log
+    /// held in memory between snapshots grew with the batch size (a lone node's RSS reached
+    /// 770 MB in a minute at 64 clients, against 425 MB before batching).
+    async fn snapshot_by_writes(&self) {
+        if self.sm.writes_since_snapshot() >= self.config.snapshot_every {
+            // Refused while a build runs: asked again at the next tick.
+            let _ = self.raft.trigger().snapshot().await;
+        }
     }
 
     /// A follower elects as soon as the leader lease is over. openraft's followers refuse

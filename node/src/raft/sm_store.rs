@@ -23,7 +23,7 @@ use openraft::{EntryPayload, OptionalSend};
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -58,6 +58,10 @@ pub struct StateMachineStore {
     /// The log whose entries a build replays onto the snapshot on disk.
     log: LogEntries,
     dir: PathBuf,
+    /// Writes applied since this store opened, and how many of them the last snapshot build
+    /// started from (a batch entry counts each of its writes).
+    writes_applied: Arc<AtomicU64>,
+    writes_at_build: Arc<AtomicU64>,
 }
 
 /// What a build starts from: the state at the snapshot on disk with the log replayed onto it.
@@ -142,6 +146,8 @@ impl StateMachineStore {
             task_owners: Default::default(),
             log,
             dir: dir.to_path_buf(),
+            writes_applied: Arc::default(),
+            writes_at_build: Arc::default(),
         })
     }
 
@@ -158,6 +164,11 @@ impl StateMachineStore {
     pub fn digest(&self) -> (u64, String) {
         let inner = self.lock();
         (inner.last_applied.map_or(0, |id| id.index), inner.sm.digest())
+    }
+
+    /// Writes applied since the last snapshot build started (since opening, if none did).
+    pub fn writes_since_snapshot(&self) -> u64 {
+        self.writes_applied.load(Ordering::Relaxed).saturating_sub(self.writes_at_build.load(Ordering::Relaxed))
     }
 
     /// Whether this replica has applied `index`.
@@ -348,6 +359,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
 
     async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
         let started = std::time::Instant::now();
+        self.writes_at_build.store(self.writes_applied.load(Ordering::Relaxed), Ordering::Relaxed);
         let meta = self.build_meta();
         let this = self.clone();
         let (done, built) = oneshot::channel();
@@ -396,6 +408,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                         Response::Done
                     }
                     EntryPayload::Normal(request) => {
+                        self.writes_applied.fetch_add(request.command.writes() as u64, Ordering::Relaxed);
                         let (response, wakes) = inner.sm.apply(&request);
                         let mut task_events = Vec::new();
                         for wake in wakes {

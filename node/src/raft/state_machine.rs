@@ -162,6 +162,16 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// How many writes the command carries: a batch's, or one.
+    pub fn writes(&self) -> usize {
+        match self {
+            Command::Batch { writes } => writes.len(),
+            _ => 1,
+        }
+    }
+}
+
 /// One write of a [`Command::Batch`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BatchedWrite {
