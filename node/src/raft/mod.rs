@@ -11,7 +11,7 @@
 //!   replication given a Raft handle; [`snapshot_stream`]: snapshots sent in pieces;
 //!   [`forwarder`]: followers' writes to the leader, served given only the leader's write.
 //! - [`node`]: one member's write and read paths, and whether it is ready ([`readiness`]:
-//!   the rule, pure); [`membership`]: bootstrapping, joining and membership changes; [`rpc`]:
+//!   the rule, pure; `batcher`: a lone member's writes queued into batch entries, pure); [`membership`]: bootstrapping, joining and membership changes; [`rpc`]:
 //!   the Raft routes of the peer port.
 //! - [`stores`]: the replicated `Mailbox`, `SessionStore` and `TaskStore`; [`task_owners`]: the
 //!   leader fails the tasks of a member gone silent.
