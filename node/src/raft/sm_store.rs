@@ -166,9 +166,15 @@ impl StateMachineStore {
         (inner.last_applied.map_or(0, |id| id.index), inner.sm.digest())
     }
 
-    /// Writes applied since the last snapshot build started (since opening, if none did).
+    /// Writes applied since the last snapshot was built (from its start) or installed; since
+    /// opening, if none was.
     pub fn writes_since_snapshot(&self) -> u64 {
         self.writes_applied.load(Ordering::Relaxed).saturating_sub(self.writes_at_build.load(Ordering::Relaxed))
+    }
+
+    /// The writes applied so far are in a snapshot: count the next one's from here.
+    fn snapshot_taken(&self) {
+        self.writes_at_build.store(self.writes_applied.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
     /// Whether this replica has applied `index`.
@@ -359,7 +365,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
 
     async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
         let started = std::time::Instant::now();
-        self.writes_at_build.store(self.writes_applied.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.snapshot_taken();
         let meta = self.build_meta();
         let this = self.clone();
         let (done, built) = oneshot::channel();
@@ -446,6 +452,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         inner.sm = sm;
         inner.last_applied = meta.last_log_id;
         inner.last_membership = meta.last_membership.clone();
+        self.snapshot_taken();
         self.applied.send_replace(meta.last_log_id.map(|id| id.index).unwrap_or(0));
         // Waiters whose mailbox arrived settled in the snapshot wake now.
         let keys: Vec<MailboxKey> = inner.waiters.keys().cloned().collect();
@@ -584,6 +591,24 @@ mod tests {
         let (built, replayed) = store.build(behind).unwrap();
         assert_eq!((built.meta, built.snapshot, replayed), (installed.meta, installed.snapshot, None));
         assert_eq!(store.read(|sm| sm.sizes().pending), 499);
+    }
+
+    #[tokio::test]
+    async fn writes_towards_the_next_snapshot_count_from_the_last_one_built_or_installed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, mut log) = open_with_log(dir.path());
+        append_and_apply(&mut log, &mut store, creates(1, 41)).await;
+        assert_eq!(store.writes_since_snapshot(), 40);
+        store.build_snapshot().await.unwrap();
+        append_and_apply(&mut log, &mut store, creates(41, 51)).await;
+        assert_eq!(store.writes_since_snapshot(), 10, "counted from the build");
+
+        let leader_dir = tempfile::tempdir().unwrap();
+        let (mut leader, mut leader_log) = open_with_log(leader_dir.path());
+        append_and_apply(&mut leader_log, &mut leader, creates(1, 100)).await;
+        let installed = leader.build_snapshot().await.unwrap();
+        store.install_snapshot(&installed.meta, installed.snapshot).await.unwrap();
+        assert_eq!(store.writes_since_snapshot(), 0, "an installed snapshot holds every write before it");
     }
 
     #[cfg(target_os = "linux")]
