@@ -101,41 +101,42 @@ impl Batcher {
     }
 }
 
-/// Hand each write of `batch` its outcome from `reply`, the reply to the entry of
-/// [`command_for`] it.
-pub fn answer(batch: Vec<Queued>, reply: WriteReply) {
+/// The entry that carries `batch` (a lone write as itself with its id, several as one batch
+/// entry) and the writes' reply channels, in the batch's order, to [`answer`] them with.
+pub fn into_entry(batch: Vec<Queued>) -> (Option<WriteId>, Command, Vec<oneshot::Sender<WriteReply>>) {
+    if batch.len() == 1 {
+        let Queued { write, command, reply, .. } = batch.into_iter().next().expect("one write");
+        return (Some(write), command, vec![reply]);
+    }
+    let (writes, replies) =
+        batch.into_iter().map(|Queued { write, command, reply, .. }| (BatchedWrite { write: Some(write), command }, reply)).unzip();
+    (None, Command::Batch { writes }, replies)
+}
+
+/// Hand each write its outcome from `reply`, the reply to the entry [`into_entry`] made of
+/// them; `replies` are their channels from it.
+pub fn answer(replies: Vec<oneshot::Sender<WriteReply>>, reply: WriteReply) {
     match reply {
-        Ok((Response::Batch(responses), index)) if batch.len() > 1 && responses.len() == batch.len() => {
-            for (queued, response) in batch.into_iter().zip(responses) {
-                let _ = queued.reply.send(Ok((response, index)));
+        Ok((Response::Batch(responses), index)) if replies.len() > 1 && responses.len() == replies.len() => {
+            for (sender, response) in replies.into_iter().zip(responses) {
+                let _ = sender.send(Ok((response, index)));
             }
         }
-        Ok(reply) if batch.len() == 1 => {
-            let _ = batch.into_iter().next().map(|queued| queued.reply.send(Ok(reply)));
+        Ok(reply) if replies.len() == 1 => {
+            let _ = replies.into_iter().next().map(|sender| sender.send(Ok(reply)));
         }
         Ok((response, index)) => {
-            let refusal = Refusal::Unavailable(format!("entry {index} answered {} writes with {response:?}", batch.len()));
+            let refusal = Refusal::Unavailable(format!("entry {index} answered {} writes with {response:?}", replies.len()));
             tracing::error!(%refusal, "a batch entry's response does not match its writes");
-            send_all(batch, Err(refusal));
+            send_all(replies, Err(refusal));
         }
-        Err(refusal) => send_all(batch, Err(refusal)),
+        Err(refusal) => send_all(replies, Err(refusal)),
     }
 }
 
-fn send_all(batch: Vec<Queued>, reply: WriteReply) {
-    for queued in batch {
-        let _ = queued.reply.send(reply.clone());
-    }
-}
-
-/// The command an entry for `batch` carries: a lone write as itself, several as a batch.
-pub fn command_for(batch: &[Queued]) -> (Option<WriteId>, Command) {
-    match batch {
-        [one] => (Some(one.write), one.command.clone()),
-        many => (
-            None,
-            Command::Batch { writes: many.iter().map(|q| BatchedWrite { write: Some(q.write), command: q.command.clone() }).collect() },
-        ),
+fn send_all(replies: Vec<oneshot::Sender<WriteReply>>, reply: WriteReply) {
+    for sender in replies {
+        let _ = sender.send(reply.clone());
     }
 }
 
@@ -176,7 +177,7 @@ mod tests {
         let mut waiting: Vec<_> = (1..=3).map(|n| queue(&batcher, n, 10)).collect();
         let batch = batcher.next_batch().expect("three waiting");
         assert_eq!(batch.iter().map(|q| q.write.serial).collect::<Vec<_>>(), [1, 2, 3], "in arrival order");
-        let (write_id, command) = command_for(&batch);
+        let (write_id, command, replies) = into_entry(batch);
         assert_eq!(write_id, None, "a batch entry has no id of its own: its writes have");
         let Command::Batch { writes } = command else { panic!("three writes make a batch") };
         assert_eq!(
@@ -187,12 +188,13 @@ mod tests {
         // The batch holds the finished entry's turn: a write now still waits.
         let _fourth = queue(&batcher, 4, 10);
         let responses = vec![Response::Done, Response::Created(CreateOutcome::Created), Response::Session(false)];
-        answer(batch, Ok((Response::Batch(responses.clone()), 7)));
+        answer(replies, Ok((Response::Batch(responses.clone()), 7)));
         for (outcome, response) in waiting.iter_mut().zip(responses) {
             assert_eq!(outcome.try_recv().unwrap(), Ok((response, 7)), "each write its own response, at the entry's index");
         }
         let lone = batcher.next_batch().expect("the fourth");
-        assert_eq!(command_for(&lone), (Some(write(4)), delete(4)), "a lone write goes as itself");
+        let (write_id, command, replies) = into_entry(lone);
+        assert_eq!((write_id, command, replies.len()), (Some(write(4)), delete(4), 1), "a lone write goes as itself");
         assert!(batcher.next_batch().is_none(), "nothing waits: the turn is given up");
         assert!(matches!(batcher.admit(write(5), delete(5), 10), Admission::Propose(_)), "and the next write goes at once");
         assert!(matches!(batcher.admit(write(6), delete(6), 10), Admission::Wait(_)), "and the one after it waits again");
@@ -219,13 +221,13 @@ mod tests {
         let batcher = busy(1 << 20);
         let mut outcomes: Vec<_> = (1..=2).map(|n| queue(&batcher, n, 10)).collect();
         let refusal = Refusal::NotLeader { leader: Some((2, "b:1".into())) };
-        answer(batcher.next_batch().unwrap(), Err(refusal.clone()));
+        answer(into_entry(batcher.next_batch().unwrap()).2, Err(refusal.clone()));
         for outcome in &mut outcomes {
             assert_eq!(outcome.try_recv().unwrap(), Err(refusal.clone()), "each retries as it would alone");
         }
 
         let mut outcomes: Vec<_> = (3..=4).map(|n| queue(&batcher, n, 10)).collect();
-        answer(batcher.next_batch().unwrap(), Ok((Response::Batch(vec![Response::Done]), 9)));
+        answer(into_entry(batcher.next_batch().unwrap()).2, Ok((Response::Batch(vec![Response::Done]), 9)));
         for outcome in &mut outcomes {
             assert!(matches!(outcome.try_recv().unwrap(), Err(Refusal::Unavailable(_))), "one response for two writes is no answer");
         }

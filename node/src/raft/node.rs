@@ -479,9 +479,9 @@ impl RaftNode {
         let task = tokio::spawn(async move {
             let mut batch = first;
             loop {
-                let (write, command) = batcher::command_for(&batch);
+                let (write, command, replies) = batcher::into_entry(batch);
                 let reply = node.write_here_within(write, command, node.config.write_timeout).await;
-                batcher::answer(batch, reply);
+                batcher::answer(replies, reply);
                 match node.batcher.next_batch() {
                     Some(next) => batch = next,
                     None => return,
