@@ -393,7 +393,7 @@ mod tests {
             dedup_by_time: BTreeSet<(Millis, WriteId)>,
             tasks: &'a TaskTable,
         }
-        let mut mailboxes = sm.mailboxes.clone();
+        let mut mailboxes: HashMap<_, _> = sm.mailboxes.clone().into_iter().collect();
         for (key, t) in &sm.tombstones {
             mailboxes.insert(key.clone(), Mailbox { owner: 7, session: t.session, deadline: 1, state: t.ending.state().clone() });
         }
