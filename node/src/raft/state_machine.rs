@@ -18,11 +18,11 @@ use crate::protocol::types::LogLevel;
 use crate::session::{LimitReached, SessionId, SessionRecord, SubscriptionLimits};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
 
 /// A table keyed by what this service makes (mailbox keys, write serials): no one else chooses
 /// the keys, so a fast hash serves (SipHash was a tenth of a snapshot build's CPU).
 type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
-use std::sync::Arc;
 
 pub mod snapshot;
 mod write_outcomes;

@@ -114,6 +114,7 @@ impl WriteOutcomes {
     pub fn forget_before(&mut self, now: Millis) {
         let len = &mut self.len;
         self.origins.retain(|_, origin| {
+            let mut highest_forgotten = false;
             while let Some(&(at, serial)) = origin.by_time.front() {
                 if at + DEDUP_RETENTION_MS > now {
                     break;
@@ -122,7 +123,14 @@ impl WriteOutcomes {
                 if origin.places.remove(&serial) == Some(OTHER) {
                     origin.other.remove(&serial);
                 }
+                highest_forgotten |= serial == origin.highest;
                 *len -= 1;
+            }
+            // Lowered to what is left: a restarted origin hands out serials from a new random
+            // start, maybe below its old ones, and would otherwise be looked up for good.
+            // (Serials come in order, so the highest goes last, with the rest of its origin.)
+            if highest_forgotten {
+                origin.highest = origin.by_time.iter().map(|&(_, serial)| serial).max().unwrap_or(0);
             }
             !origin.by_time.is_empty()
         });
@@ -199,6 +207,17 @@ mod tests {
         assert_eq!(outcomes.get(write(1, 5)), None, "forgotten");
         outcomes.remember(write(1, 5), created, 1004);
         assert_eq!(outcomes.get(write(1, 5)), Some(created), "a write forgotten is new again");
+
+        // An origin restarted with serials below its old ones: once the old ones are
+        // forgotten, its writes are above the bound again.
+        let mut outcomes = WriteOutcomes::default();
+        outcomes.remember(write(1, 900), done, 1000);
+        outcomes.remember(write(1, 10), done, 1001);
+        outcomes.remember(write(1, 11), done, 1002);
+        assert_eq!(outcomes.origins[&1].highest, 900);
+        outcomes.forget_before(1000 + DEDUP_RETENTION_MS);
+        assert_eq!(outcomes.origins[&1].highest, 11, "lowered to the highest left");
+        assert_eq!(outcomes.get(write(1, 11)), Some(done));
     }
 
     #[test]
