@@ -3,14 +3,27 @@
 
 mod common;
 
+use common::cluster::source_ip;
 use common::mcp_cluster::McpCluster;
 use common::{RawClient, countdown_broken_after, data, park_confirm, progress_values, read_events};
 use serde_json::json;
 use std::time::Duration;
+use switchboard_node::session::SessionId;
 
 /// The same session, talking to node `i`.
 fn on(client: &RawClient, cluster: &McpCluster, i: usize) -> RawClient {
     RawClient { http: client.http.clone(), url: cluster.urls[i].clone(), session: client.session.clone() }
+}
+
+/// The leader once elected, then the other two members.
+async fn leader_and_followers(cluster: &McpCluster) -> (usize, usize, usize) {
+    let leader = cluster.raft.wait_for_leader(Duration::from_secs(10)).await;
+    let [a, b] = match leader {
+        0 => [1, 2],
+        1 => [0, 2],
+        _ => [0, 1],
+    };
+    (leader, a, b)
 }
 
 /// The status of ending the session through node `i`.
@@ -108,12 +121,7 @@ async fn an_answer_to_another_node_wakes_the_tool_on_its_owner() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_that_cannot_be_committed_gets_a_retryable_503_and_its_retry_delivers() {
     let mut cluster = McpCluster::start().await;
-    let leader = cluster.raft.wait_for_leader(Duration::from_secs(10)).await;
-    let (owner, cut) = match leader {
-        0 => (1, 2),
-        1 => (0, 2),
-        _ => (0, 1),
-    };
+    let (_, owner, cut) = leader_and_followers(&cluster).await;
     let mut client = RawClient::new(&cluster.urls[owner]);
     client.initialize().await;
     let (mut res, mut buffer, request) = park_confirm(&client, 1, "ship").await;
@@ -202,6 +210,39 @@ async fn notifications_reach_the_standalone_stream_on_whichever_node_holds_it() 
         json!({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": "test://watched-resource"}})
     );
     assert_eq!(messages[1]["method"], "notifications/tools/list_changed");
+    cluster.raft.stop_all().await;
+}
+
+/// A resource update can reach a replica before the subscription it is for does (here the
+/// replica is cut off from the leader while the subscription commits): it is checked again once
+/// the replica has caught up, not dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_update_waits_for_a_subscription_the_replica_has_not_applied_yet() {
+    let mut cluster = McpCluster::start().await;
+    let (leader, publisher, holder) = leader_and_followers(&cluster).await;
+    let mut client = RawClient::new(&cluster.urls[holder]);
+    client.initialize().await;
+    let mut stream = on(&client, &cluster, holder).get().send().await.unwrap();
+    let mut buffer = String::new();
+    read_events(&mut stream, 1, &mut buffer).await; // priming
+
+    cluster.raft.proxies[holder].block_source(source_ip(leader));
+    on(&client, &cluster, publisher).call(1, "resources/subscribe", json!({"uri": "test://watched-resource"})).await;
+    let session = SessionId(client.session.clone().unwrap().into());
+    let subscribed_on = |i: usize| {
+        cluster.raft.node(i).sm.read(|sm| sm.session(&session).unwrap().record.subscriptions.contains("test://watched-resource"))
+    };
+    assert!(subscribed_on(publisher), "the subscription is acknowledged");
+    assert!(!subscribed_on(holder), "and not applied on the replica holding the stream");
+
+    cluster.servers[publisher].notify_resource_updated("test://watched-resource");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cluster.raft.heal();
+    let messages = data(&read_events(&mut stream, 1, &mut buffer).await);
+    assert_eq!(
+        messages,
+        [json!({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": "test://watched-resource"}})]
+    );
     cluster.raft.stop_all().await;
 }
 

@@ -272,6 +272,10 @@ impl SessionStore for RaftSessions {
         }
         Ok(response == Response::Session(true))
     }
+
+    async fn catch_up(&self) -> Result<(), SessionError> {
+        Ok(self.node.linearize().await?)
+    }
 }
 
 /// The replicated task store (Tasks extension): every operation a command through the log, read
