@@ -121,6 +121,18 @@ impl RaftSessions {
             sessions.touching.lock().unwrap().remove(&id);
         });
     }
+
+    /// Wait until this node and every reachable member have applied `index`. A member that does
+    /// not confirm within the election timeout is cut off or down: it learns of the change when
+    /// it catches up, and the wait ends without it.
+    async fn applied_by_every_member(&self, index: u64, what: &'static str) -> Result<(), SessionError> {
+        self.node.wait_applied(index).await?;
+        let unconfirmed = self.node.applied_everywhere(index).await;
+        if unconfirmed > 0 {
+            tracing::warn!(index, unconfirmed, what, "some members did not confirm applying it in time");
+        }
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -244,6 +256,9 @@ impl SessionStore for RaftSessions {
         Ok(response == Response::Session(true))
     }
 
+    /// Answers once every reachable member has applied the change: the replica that holds the
+    /// session's standalone stream checks `resources/updated` against its own state, so an
+    /// update published after the answer finds the subscription there.
     async fn set_subscription(
         &self,
         id: &SessionId,
@@ -252,29 +267,25 @@ impl SessionStore for RaftSessions {
         limits: SubscriptionLimits,
     ) -> Result<bool, SessionError> {
         let command = Command::SessionSubscribe { id: id.clone(), uri: uri.to_string(), subscribed, limits };
-        match self.node.propose(command).await?.0 {
-            Response::Session(known) => Ok(known),
-            Response::Refused(limit) => Err(limit.into()),
-            other => Err(SessionError::Unavailable(format!("unexpected reply to subscribe: {other:?}").into())),
+        match self.node.propose(command).await? {
+            (Response::Session(known), index) => {
+                if known {
+                    self.applied_by_every_member(index, "subscription changed").await?;
+                }
+                Ok(known)
+            }
+            (Response::Refused(limit), _) => Err(limit.into()),
+            (other, _) => Err(SessionError::Unavailable(format!("unexpected reply to subscribe: {other:?}").into())),
         }
     }
 
     /// Answers once every reachable member has applied the delete: a client behind a load
     /// balancer sends its next request to any node, and each must answer 404 by then (`get`
-    /// trusts a local hit). A member that does not confirm within the election timeout is
-    /// cut off or down; it learns of the delete when it catches up.
+    /// trusts a local hit).
     async fn delete(&self, id: &SessionId) -> Result<bool, SessionError> {
         let (response, index) = self.node.propose(Command::SessionDelete { id: id.clone() }).await?;
-        self.node.wait_applied(index).await?;
-        let unconfirmed = self.node.applied_everywhere(index).await;
-        if unconfirmed > 0 {
-            tracing::warn!(index, unconfirmed, "session deleted; some members did not confirm applying it in time");
-        }
+        self.applied_by_every_member(index, "session deleted").await?;
         Ok(response == Response::Session(true))
-    }
-
-    async fn catch_up(&self) -> Result<(), SessionError> {
-        Ok(self.node.linearize().await?)
     }
 }
 

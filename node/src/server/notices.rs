@@ -44,43 +44,19 @@ impl Server {
         }
         let server = self.clone();
         tokio::spawn(async move {
-            let uri = match notice {
-                Notice::ListChanged { method } => {
-                    for (_, local) in attached {
-                        notify(&local, Message::notification(method.clone(), json!({})));
-                    }
-                    return;
-                }
-                Notice::ResourceUpdated { uri } => uri,
-            };
-            // A subscription acknowledged through another replica a moment ago may not be
-            // applied here yet: the sessions that look unsubscribed are asked again once this
-            // replica has caught up (one barrier for the notice, none when every one is).
-            let mut unsure = Vec::new();
             for (id, local) in attached {
-                match server.subscribed(&id, &uri).await {
-                    true => notify(&local, Message::notification("notifications/resources/updated", json!({"uri": uri}))),
-                    false => unsure.push((id, local)),
-                }
-            }
-            if unsure.is_empty() {
-                return;
-            }
-            if let Err(e) = server.inner.sessions.catch_up().await {
-                tracing::debug!(error = %e, %uri, "resource update checked against this replica's state only");
-                return;
-            }
-            for (id, local) in unsure {
-                if server.subscribed(&id, &uri).await {
-                    notify(&local, Message::notification("notifications/resources/updated", json!({"uri": uri})));
-                }
+                let message = match &notice {
+                    Notice::ListChanged { method } => Message::notification(method.clone(), json!({})),
+                    Notice::ResourceUpdated { uri } => match server.inner.sessions.get(&id).await {
+                        Ok(Some(record)) if record.subscriptions.contains(uri) => {
+                            Message::notification("notifications/resources/updated", json!({"uri": uri}))
+                        }
+                        _ => continue,
+                    },
+                };
+                notify(&local, message);
             }
         });
-    }
-
-    /// Whether session `id` is subscribed to `uri`, as this replica knows it.
-    async fn subscribed(&self, id: &SessionId, uri: &str) -> bool {
-        matches!(self.inner.sessions.get(id).await, Ok(Some(record)) if record.subscriptions.contains(uri))
     }
 }
 

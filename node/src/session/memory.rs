@@ -85,10 +85,6 @@ impl SessionStore for InMemorySessionStore {
     async fn delete(&self, id: &SessionId) -> Result<bool, SessionError> {
         Ok(self.sessions.lock().unwrap().remove(id).is_some())
     }
-
-    async fn catch_up(&self) -> Result<(), SessionError> {
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -142,8 +142,4 @@ pub trait SessionStore: Send + Sync + 'static {
     -> Result<bool, SessionError>;
     /// End the session. `false` when it was unknown already.
     async fn delete(&self, id: &SessionId) -> Result<bool, SessionError>;
-    /// Wait until this node reflects every change acknowledged anywhere before the call (a
-    /// subscription made through another node a moment ago, say). Nothing to wait for where
-    /// there is one copy.
-    async fn catch_up(&self) -> Result<(), SessionError>;
 }
