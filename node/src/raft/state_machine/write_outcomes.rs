@@ -95,14 +95,11 @@ impl WriteOutcomes {
             Remembered::Common(place) => place,
             Remembered::Other(_) => OTHER,
         };
-        if write.serial > origin.highest || origin.places.is_empty() {
-            origin.highest = origin.highest.max(write.serial);
-            origin.places.insert(write.serial, place);
-        } else if let Entry::Vacant(vacant) = origin.places.entry(write.serial) {
-            vacant.insert(place);
-        } else {
-            return;
-        }
+        match origin.places.entry(write.serial) {
+            Entry::Occupied(_) => return,
+            Entry::Vacant(vacant) => vacant.insert(place),
+        };
+        origin.highest = origin.highest.max(write.serial);
         if let Remembered::Other(response) = remembered {
             origin.other.insert(write.serial, response.clone());
         }
