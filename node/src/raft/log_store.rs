@@ -39,6 +39,7 @@
 //! AppendEntries request from; openraft itself bounds a request only by its number of entries
 //! (`max_payload_entries`), so the store bounds it in bytes ([`LogStore::batch_budget`]).
 
+use super::thread_priority;
 use super::types::{Entry, LogId, TypeConfig, Vote, decode, io_error};
 use crate::peer::codec::encode_into;
 use crate::peer::codec::encoded_len;
@@ -588,6 +589,11 @@ fn read_record(bytes: &[u8]) -> Result<(Record, usize), BadRecord> {
 
 /// The writer thread: take whatever queued up, write it with one flush, report, repeat.
 fn write_loop(shared: &Shared, mut segments: Segments, ops: &mpsc::Receiver<Op>) {
+    // Woken by a queued write or a finished flush, the writer preempted the worker running on
+    // a shared core. Waiting for its turn, a lone node's workers were switched out 0.12 times a
+    // round trip at 64 clients instead of 0.32-0.35, and the writer flushed half as often (more
+    // writes queue meanwhile); 3 nodes made 6 % more round trips at 8 % less CPU each.
+    thread_priority::wait_for_turn();
     // The vote and ids the disk holds once the current batch is flushed (the next segment's
     // header); the entries are not needed for it.
     let mut on_disk = {
@@ -965,6 +971,28 @@ mod tests {
 
     fn file_len(path: &Path) -> u64 {
         std::fs::metadata(path).unwrap().len()
+    }
+
+    /// The writer waits for its turn rather than preempting a worker (`thread_priority`). Tests
+    /// run in parallel, so other stores' writers may be starting; this store's has flushed, so
+    /// it is past the switch.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[tokio::test]
+    async fn the_writer_thread_is_batch_scheduled() {
+        use crate::raft::thread_priority::tests::{BATCH, policy};
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = LogStore::open(dir.path()).unwrap();
+        append_flushed(&mut store, vec![sized_entry(1, 100)]).await;
+        let writers: Vec<u64> = std::fs::read_dir("/proc/thread-self/../")
+            .unwrap()
+            .filter_map(|task| {
+                let task = task.ok()?.path();
+                let writer = std::fs::read_to_string(task.join("comm")).ok()?.trim() == "raft-log-writer";
+                // A thread of another test may end meanwhile: its files are gone.
+                writer.then(|| std::fs::read_to_string(task.join("stat")).ok()).flatten().map(|stat| policy(&stat))
+            })
+            .collect();
+        assert!(writers.contains(&BATCH), "a writer thread under SCHED_BATCH among {writers:?}");
     }
 
     /// Records are written over zeros laid ahead of them, so a flush does not change the file's

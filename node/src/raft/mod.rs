@@ -14,7 +14,8 @@
 //!   the rule, pure; `batcher`: a lone member's writes queued into batch entries, pure); [`membership`]: bootstrapping, joining and membership changes; [`rpc`]:
 //!   the Raft routes of the peer port.
 //! - [`stores`]: the replicated `Mailbox`, `SessionStore` and `TaskStore`; [`task_owners`]: the
-//!   leader fails the tasks of a member gone silent.
+//!   leader fails the tasks of a member gone silent; `thread_priority`: how the log writer and
+//!   snapshot builds ask for a core.
 
 pub mod append_stream;
 mod batcher;
@@ -35,6 +36,7 @@ pub mod snapshot_stream;
 pub mod state_machine;
 pub mod stores;
 pub mod task_owners;
+mod thread_priority;
 pub mod types;
 
 pub use config::{Membership, RaftNodeConfig};

@@ -13,6 +13,7 @@
 
 use super::log_store::LogEntries;
 use super::state_machine::{MailboxState, Response, StateMachine, Wake, snapshot as state_snapshot};
+use super::thread_priority;
 use super::types::{LogId, Snapshot, SnapshotBlob, SnapshotMeta, StoredMembership, TypeConfig, decode, io_error};
 use crate::mailbox::{MailboxKey, WaitOutcome};
 use crate::mcp_tasks::{self, TaskEvent, TaskId};
@@ -351,15 +352,6 @@ impl Write for SyncedPieces {
     }
 }
 
-/// Make the calling thread the last to get a core when cores are short (nice 19). A thread can
-/// always lower its own priority; a failure only leaves it at normal priority.
-fn lower_cpu_priority() {
-    #[cfg(target_os = "linux")]
-    if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19) {
-        tracing::debug!(error = %e, "could not lower the snapshot build's CPU priority");
-    }
-}
-
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     type SnapshotData = Vec<u8>;
 
@@ -374,7 +366,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
         // took those cores from the requests (round trips of 200-320 ms while builds ran, under
         // 80 ms without them). It runs to its end even if this future is dropped.
         std::thread::Builder::new().name("snapshot-build".into()).spawn(move || {
-            lower_cpu_priority();
+            thread_priority::run_last();
             let _ = done.send(this.build(meta));
         })?;
         let (snapshot, replayed) = built.await.map_err(|_| io::Error::other("the snapshot build thread panicked"))??;
@@ -609,19 +601,6 @@ mod tests {
         let installed = leader.build_snapshot().await.unwrap();
         store.install_snapshot(&installed.meta, installed.snapshot).await.unwrap();
         assert_eq!(store.writes_since_snapshot(), 0, "an installed snapshot holds every write before it");
-    }
-
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn a_build_thread_runs_at_the_lowest_cpu_priority_and_no_other_thread_does() {
-        let nice = || rustix::process::getpriority_process(Some(rustix::thread::gettid())).unwrap();
-        let before = nice();
-        let lowered = std::thread::spawn(move || {
-            lower_cpu_priority();
-            nice()
-        });
-        assert_eq!(lowered.join().unwrap(), 19);
-        assert_eq!(nice(), before, "only the build's own thread");
     }
 
     #[tokio::test]
