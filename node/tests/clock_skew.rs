@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{RawClient, free_port, libfaketime};
+use common::{FaketimeLeftovers, RawClient, free_port, libfaketime};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -21,6 +21,8 @@ const HOUR: u64 = 3600;
 
 struct Node {
     _child: Child,
+    /// Dropped after the child, whose drop kills it.
+    leftovers: FaketimeLeftovers,
     mcp: String,
     metrics: String,
     /// libfaketime reads this node's clock offset from here (`+0`, `+3600`).
@@ -55,7 +57,8 @@ fn spawn(id: usize, dir: &Path, peers: &str, peer_port: u16, lib: &Path) -> Node
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    Node { _child: child, mcp: format!("http://127.0.0.1:{mcp}/mcp"), metrics: format!("http://127.0.0.1:{metrics}"), clock }
+    let leftovers = FaketimeLeftovers(child.id().unwrap());
+    Node { _child: child, leftovers, mcp: format!("http://127.0.0.1:{mcp}/mcp"), metrics: format!("http://127.0.0.1:{metrics}"), clock }
 }
 
 /// `switchboard_raft_leader` as node `metrics` sees it.
@@ -186,6 +189,19 @@ async fn a_leader_whose_clock_jumps_an_hour_ahead_expires_nothing_early() {
     assert_eq!(result["id"], 1, "{result}");
     let text = result["result"]["content"][0]["text"].as_str().unwrap_or_default();
     assert!(text.contains("confirmed") && !text.contains("not confirmed"), "{result}");
+}
+
+/// libfaketime removes its shared memory and semaphore only at a normal exit; a node the test
+/// kills must not leave them in /dev/shm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_nodes_leave_nothing_of_libfaketime_behind() {
+    let http = reqwest::Client::new();
+    let (_dir, nodes, _) = start_three(&http).await;
+    let files: Vec<PathBuf> = nodes.iter().flat_map(|n| n.leftovers.paths()).collect();
+    assert!(files.iter().all(|f| f.exists()), "libfaketime's files of the running nodes, by these names: {files:?}");
+    drop(nodes);
+    let left: Vec<&PathBuf> = files.iter().filter(|f| f.exists()).collect();
+    assert!(left.is_empty(), "left in /dev/shm: {left:?}");
 }
 
 /// Found by the fault campaign (seed 2): a replica whose wall clock ran ahead judged every

@@ -2,8 +2,8 @@
 //! TCP proxy the nemesis can cut, and the signals and restarts the nemesis needs.
 
 use crate::common::cluster::Proxy;
-use crate::common::free_port;
 use crate::common::nginx::{self, Nginx};
+use crate::common::{FaketimeLeftovers, free_port};
 use serde_json::{Value, json};
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -29,6 +29,9 @@ pub struct Node {
     proxy: Proxy,
     dir: PathBuf,
     child: Option<Child>,
+    /// A node started under libfaketime: what it leaves in /dev/shm, removed once it is gone
+    /// (dropped after the child, whose drop kills it).
+    faketime: Option<FaketimeLeftovers>,
 }
 
 pub struct Cluster {
@@ -57,6 +60,7 @@ impl Cluster {
                 proxy,
                 dir: files.path().join(format!("node-{i}")),
                 child: None,
+                faketime: None,
             });
         }
         let http = reqwest::Client::builder().timeout(Duration::from_secs(3)).build().unwrap();
@@ -110,7 +114,9 @@ impl Cluster {
                 .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
                 .env("FAKETIME_NO_CACHE", "1");
         }
-        self.nodes[i].child = Some(command.spawn().expect("switchboard starts"));
+        let child = command.spawn().expect("switchboard starts");
+        self.nodes[i].faketime = skew_s.and(child.id()).map(FaketimeLeftovers);
+        self.nodes[i].child = Some(child);
     }
 
     pub fn is_up(&self, i: usize) -> bool {
@@ -131,6 +137,7 @@ impl Cluster {
         if let Some(mut child) = self.nodes[i].child.take() {
             let _ = child.kill().await;
         }
+        self.nodes[i].faketime = None;
     }
 
     /// SIGTERM, and wait for the drain to end.
@@ -141,6 +148,7 @@ impl Cluster {
         {
             let _ = child.kill().await;
         }
+        self.nodes[i].faketime = None;
     }
 
     pub fn pause(&self, i: usize) {

@@ -48,6 +48,26 @@ pub fn libfaketime() -> PathBuf {
     )
 }
 
+/// What libfaketime leaves in /dev/shm for a process it ran in (its shared memory and semaphore,
+/// named by the pid), removed on drop. libfaketime removes them itself only at a normal exit, so
+/// every node a test killed left two files behind, run after run.
+pub struct FaketimeLeftovers(pub u32);
+
+impl FaketimeLeftovers {
+    pub fn paths(&self) -> [PathBuf; 2] {
+        let pid = self.0;
+        [format!("/dev/shm/faketime_shm_{pid}"), format!("/dev/shm/sem.faketime_sem_{pid}")].map(PathBuf::from)
+    }
+}
+
+impl Drop for FaketimeLeftovers {
+    fn drop(&mut self) {
+        for path in self.paths() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
 pub struct TestServer {
     pub addr: SocketAddr,
     pub url: String,
